@@ -1,0 +1,40 @@
+# amqplens: the two commands of the README are `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+BENCH_SIZE_MB ?= 100
+
+.PHONY: demo test test-fast bench dist docs clean java
+
+java:
+	@command -v java >/dev/null 2>&1 || { echo "amqplens needs Java 17 for Spark: apt-get install -y openjdk-17-jre-headless (or set JAVA_HOME)"; exit 1; }
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,notebooks]'
+	@touch $(STAMP)
+
+demo: java $(STAMP)
+	$(VENV)/bin/amqplens demo --lake ./lake
+
+test: java $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not spark and not e2e"
+
+bench: java $(STAMP)
+	$(PY) -m tools.bench --size-mb $(BENCH_SIZE_MB)
+
+docs: $(STAMP)
+	$(PY) -m tools.gen_table_docs
+
+dist: $(STAMP)
+	$(PY) -m pip wheel -q --no-deps -w dist .
+	cd . && zip -qr dist/amqplens-py-files.zip amqp_decode jobs schemas -x '*/__pycache__/*'
+
+clean:
+	rm -rf lake report dist build *.egg-info bench-out

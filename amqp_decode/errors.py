@@ -1,0 +1,40 @@
+"""The decoder's error family: one root, ``Truncated`` apart from ``Malformed``.
+
+Inside the pipeline these never escape a partition function: each becomes a
+``decode_errors`` row (see ``schemas``). They carry typed fields so the row can
+say exactly what was wrong and where.
+"""
+
+from __future__ import annotations
+
+
+class DecodeError(Exception):
+    """Root of every error the decoder raises on bad input."""
+
+    reason = "decode_error"
+
+    def __init__(self, message: str, *, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+class Truncated(DecodeError):
+    """More bytes are needed than the buffer holds (dpkt's ``NeedData``)."""
+
+    reason = "truncated"
+
+    def __init__(self, message: str, *, needed: int | None = None, offset: int | None = None) -> None:
+        super().__init__(message, offset=offset)
+        self.needed = needed
+
+
+class Malformed(DecodeError):
+    """The bytes are present but cannot be what the format says."""
+
+    reason = "malformed"
+
+
+class CaptureFormatError(Malformed):
+    """A file is not a capture we can read (bad magic, bad block, unknown link type)."""
+
+    reason = "capture_format"

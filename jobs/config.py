@@ -1,0 +1,227 @@
+"""Layered YAML configuration shared by the CLI and spark-submit entry points.
+
+Layers, later wins: ``conf/defaults.yaml``, ``conf/local.yaml`` (ignored by
+git), each ``--config FILE``, each ``--set key=value``. Every leaf is checked
+against ``SPEC`` at start; a bad value fails with the key, the value and what
+was expected, before any Spark work begins.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pathlib
+import re
+from typing import Any, Callable
+
+import yaml
+
+CONF_DIR = pathlib.Path(__file__).resolve().parent.parent / "conf"
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    expected: str  # what a reader of the error message should have written
+    check: Callable[[Any], Any]  # returns the normalised value or raises ValueError
+
+
+def _int(minimum: int | None = None) -> Rule:
+    def check(v):
+        if isinstance(v, bool) or not isinstance(v, int):
+            if isinstance(v, str) and re.fullmatch(r"-?\d+", v.strip()):
+                v = int(v)
+            else:
+                raise ValueError
+        if minimum is not None and v < minimum:
+            raise ValueError
+        return v
+
+    return Rule(f"an integer >= {minimum}" if minimum is not None else "an integer", check)
+
+
+def _bool() -> Rule:
+    words = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
+
+    def check(v):
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, str) and v.lower() in words:
+            return words[v.lower()]
+        raise ValueError
+
+    return Rule("true or false", check)
+
+
+def _str(pattern: str | None = None, expected: str = "a non-empty string") -> Rule:
+    def check(v):
+        if not isinstance(v, str) or not v:
+            raise ValueError
+        if pattern and not re.fullmatch(pattern, v):
+            raise ValueError
+        return v
+
+    return Rule(expected, check)
+
+
+def _choice(*options: str) -> Rule:
+    def check(v):
+        if isinstance(v, bool):  # YAML reads bare on/off as booleans
+            v = "on" if v else "off"
+        if v not in options:
+            raise ValueError
+        return v
+
+    return Rule("one of " + ", ".join(options), check)
+
+
+def _ports() -> Rule:
+    def check(v):
+        if isinstance(v, (int, str)) and not isinstance(v, bool):
+            v = [v]
+        if not isinstance(v, list):
+            raise ValueError
+        out = []
+        for p in v:
+            p = int(p) if isinstance(p, str) and p.strip().isdigit() else p
+            if isinstance(p, bool) or not isinstance(p, int) or not 0 < p < 65536:
+                raise ValueError
+            out.append(p)
+        return out
+
+    return Rule("a list of TCP ports (1-65535)", check)
+
+
+def _spark_extra() -> Rule:
+    def check(v):
+        if not isinstance(v, dict) or not all(isinstance(k, str) and k.startswith("spark.") for k in v):
+            raise ValueError
+        return {k: str(x) for k, x in v.items()}
+
+    return Rule("a mapping of spark.* keys to values", check)
+
+
+SPEC: dict[str, Rule] = {
+    "spark.master": _str(),
+    "spark.app_name": _str(),
+    "spark.shuffle_partitions": _int(1),
+    "spark.ui_enabled": _bool(),
+    "spark.progress_bar": _choice("auto", "on", "off"),
+    "spark.driver_memory": _str(r"\d+[kmgt]?", "a JVM memory size such as 2g or 512m"),
+    "spark.extra": _spark_extra(),
+    "lake.root": _str(),
+    "lake.staging_max_age_hours": _int(0),
+    "capture.split_size_mb": _int(1),
+    "capture.batch_rows": _int(1),
+    "capture.amqp_ports": _ports(),
+    "capture.tls_ports": _ports(),
+    "capture.sniff": _bool(),
+    "capture.max_ooo_kb": _int(1),
+    "capture.port_reuse_idle_s": _int(0),
+    "decode.max_error_bytes": _int(0),
+    "decode.body_prefix_bytes": _int(0),
+    "decode.field_table_letters": _choice("rabbitmq", "spec"),
+    "report.out": _str(),
+}
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and f"{dotted}" not in SPEC:
+            out.update(_flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def _read_yaml(path: pathlib.Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}: not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path}: not valid YAML ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping at the top level")
+    return data
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    values: dict[str, Any]
+    sources: tuple[str, ...]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def section(self, name: str) -> dict[str, Any]:
+        n = len(name) + 1
+        return {k[n:]: v for k, v in self.values.items() if k.startswith(name + ".")}
+
+    def with_overrides(self, **dotted: Any) -> "Config":
+        """A copy with some keys replaced (keys use __ for dots: lake__root)."""
+        pairs = [f"{k.replace('__', '.')}={v}" for k, v in dotted.items()]
+        merged = dict(self.values)
+        for key, value in _parse_sets(pairs).items():
+            merged[key] = value
+        return Config(_validate(merged), self.sources + ("overrides",))
+
+
+def _parse_sets(pairs: list[str]) -> dict[str, Any]:
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"--set {pair!r}: expected key=value")
+        key, raw = pair.split("=", 1)
+        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+    return out
+
+
+def _validate(values: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in values.items():
+        rule = SPEC.get(key)
+        if rule is None:
+            known = ", ".join(sorted(k for k in SPEC if k.split(".")[0] == key.split(".")[0])) or ", ".join(sorted(SPEC))
+            raise ConfigError(f"config key {key!r} is not known (known keys: {known})")
+        try:
+            out[key] = rule.check(copy.deepcopy(value))
+        except (ValueError, TypeError):
+            raise ConfigError(f"config key {key!r}: got {value!r}, expected {rule.expected}") from None
+    missing = sorted(set(SPEC) - set(out))
+    if missing:
+        raise ConfigError(f"config keys missing from every layer: {', '.join(missing)}")
+    return out
+
+
+def load_config(
+    files: list[str] | None = None,
+    sets: list[str] | None = None,
+    conf_dir: pathlib.Path = CONF_DIR,
+) -> Config:
+    layers = [conf_dir / "defaults.yaml"]
+    if (conf_dir / "local.yaml").exists():
+        layers.append(conf_dir / "local.yaml")
+    layers += [pathlib.Path(f) for f in files or []]
+    merged: dict[str, Any] = {}
+    for path in layers:
+        merged.update(_flatten(_read_yaml(path)))
+    merged.update(_parse_sets(sets or []))
+    return Config(_validate(merged), tuple(str(p) for p in layers) + tuple(f"--set {s}" for s in sets or []))
+
+
+def add_config_arguments(parser) -> None:
+    parser.add_argument("--config", action="append", default=[], metavar="FILE", help="extra YAML config layer (repeatable)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key (repeatable)")
+
+
+def config_from_args(args) -> Config:
+    sets = list(args.set)
+    if getattr(args, "lake", None):
+        sets.append(f"lake.root={args.lake}")
+    return load_config(args.config, sets)

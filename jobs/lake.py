@@ -1,0 +1,249 @@
+"""The lake: Delta tables written by Spark executors and committed by delta-rs.
+
+Maven is out of reach, so Spark has no Delta jars here. Executors write plain
+Parquet into a staging folder inside the table; the driver moves the files
+into the table's partition folders and commits them with delta-rs in one
+transaction that also removes the files being replaced. Each commit carries
+an application transaction id per (job, input unit): when a table already
+holds that id, the write is skipped, so a repeated run leaves the table
+version unchanged and a run that died between two tables' commits resumes
+where it stopped.
+
+Rows are replaced per ``Table.replace_by`` value (a capture): the writer puts
+each replace-key value in files of its own, so replacing one capture is an
+exact remove+add of whole files, never a rewrite.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import urllib.parse
+import uuid
+from collections.abc import Mapping
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, Schema
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction, create_table_with_add_actions
+
+from schemas import Table, table as table_def
+
+log = logging.getLogger(__name__)
+
+STAGING = "_staging"
+_REPLACE_DIR = "_rk"
+
+
+class SchemaMismatch(ValueError):
+    pass
+
+
+class LakeConflict(RuntimeError):
+    pass
+
+
+def _partition_str(value) -> str | None:
+    return None if value is None else value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def _to_uri(root: str) -> str:
+    if "://" in root:
+        return root.rstrip("/")
+    return os.path.abspath(root)
+
+
+class TableStore:
+    def __init__(self, spark, root: str, *, staging_max_age_hours: int = 1):
+        self.spark = spark
+        self.root = _to_uri(root)
+        self.staging_max_age_s = staging_max_age_hours * 3600
+        self.fs, self._root_path = pafs.FileSystem.from_uri(self.root if "://" in self.root else "file://" + self.root)
+
+    # ----------------------------------------------------------------- paths
+    def uri(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def _path(self, name: str, *parts: str) -> str:
+        return "/".join([self._root_path, name, *parts])
+
+    def delta(self, name: str) -> DeltaTable | None:
+        try:
+            return DeltaTable(self.uri(name))
+        except TableNotFoundError:
+            return None
+
+    def exists(self, name: str) -> bool:
+        return DeltaTable.is_deltatable(self.uri(name))
+
+    def version(self, name: str) -> int | None:
+        dt = self.delta(name)
+        return None if dt is None else dt.version()
+
+    def committed(self, name: str, app_id: str) -> bool:
+        dt = self.delta(name)
+        return dt is not None and dt.transaction_version(app_id) is not None
+
+    # ------------------------------------------------------------------ read
+    def read(self, name: str):
+        """A Spark DataFrame of the table's current snapshot (empty if the table does not exist)."""
+        t = table_def(name)
+        schema = t.spark_schema()
+        dt = self.delta(name)
+        files = dt.file_uris() if dt is not None else []
+        if not files:
+            return self.spark.createDataFrame([], schema)
+        df = self.spark.read.schema(schema).option("basePath", self.uri(name)).parquet(*files)
+        return df.select(*t.column_names)
+
+    # ----------------------------------------------------------------- write
+    def check_schema(self, t: Table, df) -> None:
+        want = {f.name: f.dataType for f in t.spark_schema().fields}
+        have = {f.name: f.dataType for f in df.schema.fields}
+        for col in t.column_names:
+            if col not in have:
+                raise SchemaMismatch(f"table {t.name}: column {col} is missing (contract type {want[col].simpleString()})")
+            if have[col] != want[col]:
+                raise SchemaMismatch(
+                    f"table {t.name}: column {col} has type {have[col].simpleString()}, "
+                    f"the contract in schemas/ says {want[col].simpleString()}"
+                )
+        extra = [c for c in have if c not in want]
+        if extra:
+            raise SchemaMismatch(f"table {t.name}: columns not in the contract: {', '.join(extra)}")
+
+    def write(self, name: str, df, *, units: Mapping[str, str], run_id: str | None = None) -> bool:
+        """Replace the rows of each unit (a ``replace_by`` value) with ``df``'s rows, in one commit.
+
+        ``units`` maps each replace-key value written (e.g. a capture_id) to the
+        application transaction id of (job, that input). Units whose id the
+        table already holds are skipped. Returns True if a commit was made.
+        """
+        t = table_def(name)
+        self.check_schema(t, df)
+        df = df.select(*t.column_names)
+        dt = self.delta(name)
+        pending = {k: a for k, a in units.items() if dt is None or dt.transaction_version(a) is None}
+        if not pending:
+            log.info("table %s: every unit already committed, nothing to do", name)
+            return False
+        run_id = run_id or uuid.uuid4().hex[:12]
+        (rkey,) = t.replace_by
+        from pyspark.sql import functions as F
+
+        df = df.where(F.col(rkey).isin(list(pending)))
+        self._clean_staging(name)
+        staging = self._path(name, STAGING, run_id)
+        staging_uri = f"{self.uri(name)}/{STAGING}/{run_id}"
+        try:
+            (
+                df.withColumn(_REPLACE_DIR, F.col(rkey))
+                .write.mode("overwrite")
+                .partitionBy(*t.partition_by, _REPLACE_DIR)
+                .parquet(staging_uri)
+            )
+            adds = self._place_files(t, staging, run_id)
+            removes = self._removals(t, dt, set(pending))
+            self._commit(t, dt, adds, removes, pending, run_id)
+        finally:
+            self.fs.delete_dir_contents(staging, missing_dir_ok=True)
+            try:
+                self.fs.delete_dir(staging)
+            except (FileNotFoundError, OSError):
+                pass
+        return True
+
+    def _place_files(self, t: Table, staging: str, run_id: str) -> list[AddAction]:
+        selector = pafs.FileSelector(staging, recursive=True, allow_not_found=True)
+        infos = [i for i in self.fs.get_file_info(selector) if i.is_file and i.path.endswith(".parquet")]
+        adds = []
+        for n, info in enumerate(sorted(infos, key=lambda i: i.path)):
+            rel = info.path[len(staging) + 1 :]
+            parts = dict(urllib.parse.unquote(p).split("=", 1) for p in rel.split("/")[:-1])
+            unit = parts.pop(_REPLACE_DIR)
+            part_dirs = "/".join(f"{k}={urllib.parse.quote(parts[k], safe='')}" for k in t.partition_by)
+            rel_dest = f"{part_dirs}/part-{run_id}-{n:05d}.parquet"
+            dest = self._path(t.name, rel_dest)
+            self.fs.create_dir(dest.rsplit("/", 1)[0], recursive=True)
+            self.fs.move(info.path, dest)
+            meta = pq.read_metadata(dest, filesystem=self.fs)
+            (rkey,) = t.replace_by
+            stats = {"numRecords": meta.num_rows, "minValues": {rkey: unit}, "maxValues": {rkey: unit}, "nullCount": {rkey: 0}}
+            adds.append(
+                AddAction(
+                    path=rel_dest,
+                    size=self.fs.get_file_info(dest).size,
+                    partition_values={k: (None if parts[k] == "__HIVE_DEFAULT_PARTITION__" else parts[k]) for k in t.partition_by},
+                    modification_time=int(time.time() * 1000),
+                    data_change=True,
+                    stats=json.dumps(stats),
+                )
+            )
+        return adds
+
+    def _removals(self, t: Table, dt: DeltaTable | None, units: set[str]) -> list[RemoveAction]:
+        if dt is None:
+            return []
+        (rkey,) = t.replace_by
+        actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
+        lo, hi = actions.get(f"min.{rkey}", []), actions.get(f"max.{rkey}", [])
+        removes = []
+        now = int(time.time() * 1000)
+        for i, path in enumerate(actions.get("path", [])):
+            if lo[i] is None or hi[i] is None:
+                raise LakeConflict(f"table {t.name}: file {path} has no {rkey} statistics; it was not written by amqplens")
+            if lo[i] == hi[i] and lo[i] in units:
+                removes.append(
+                    RemoveAction(
+                        path=path,
+                        data_change=True,
+                        deletion_timestamp=now,
+                        size=actions["size_bytes"][i],
+                        partition_values={k: _partition_str(actions[f"partition.{k}"][i]) for k in t.partition_by},
+                    )
+                )
+            elif lo[i] != hi[i] and any(lo[i] <= u <= hi[i] for u in units):
+                raise LakeConflict(f"table {t.name}: file {path} mixes several {rkey} values and cannot be replaced file-wise")
+        return removes
+
+    def _commit(self, t, dt, adds, removes, pending: Mapping[str, str], run_id: str) -> None:
+        props = CommitProperties(
+            app_transactions=[Transaction(app_id=a, version=1) for a in sorted(pending.values())],
+            custom_metadata={"amqplens.run_id": run_id, "amqplens.units": ",".join(sorted(pending))},
+        )
+        schema = Schema.from_arrow(t.arrow_schema())
+        try:
+            if dt is None:
+                create_table_with_add_actions(
+                    self.uri(t.name), schema, adds, mode="error", partition_by=list(t.partition_by),
+                    name=t.name, description=t.doc, commit_properties=props,
+                )
+            else:
+                dt.create_write_transaction(
+                    adds + removes, mode="append", schema=schema, partition_by=list(t.partition_by), commit_properties=props
+                )
+        except (CommitFailedError, DeltaError) as exc:
+            raise LakeConflict(
+                f"table {t.name}: the commit of run {run_id} failed ({exc}); another writer may have changed the "
+                "same captures at the same time. Nothing was changed by this run; run it again."
+            ) from exc
+
+    def _clean_staging(self, name: str) -> None:
+        """Remove staging folders of crashed runs (older than the configured age)."""
+        base = self._path(name, STAGING)
+        now = time.time()
+        for info in self.fs.get_file_info(pafs.FileSelector(base, allow_not_found=True)):
+            mtime = info.mtime.timestamp() if info.mtime else now
+            if info.type == pafs.FileType.Directory and now - mtime >= self.staging_max_age_s:
+                self.fs.delete_dir(info.path)
+
+    def vacuum(self, name: str, retention_hours: int = 168) -> list[str]:
+        """Delete files no snapshot within the retention references (orphans of crashed commits included)."""
+        dt = self.delta(name)
+        if dt is None:
+            return []
+        return dt.vacuum(retention_hours=retention_hours, enforce_retention_duration=False, dry_run=False)

@@ -1,0 +1,84 @@
+"""The one SparkSession builder.
+
+Embedded (a plain ``python``/``amqplens`` process): ``local[*]`` unless
+configured, Arrow on, UTC, few shuffle partitions, UI off unless configured.
+Under spark-submit (or in a notebook whose session already exists) the
+settings given to spark-submit win: we only fill in session settings that
+nobody set.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import sys
+
+from jobs.config import Config
+
+LOG4J = pathlib.Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
+
+
+class JavaMissing(RuntimeError):
+    pass
+
+
+def check_java() -> None:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise JavaMissing(
+            "amqplens needs Java 17 for Spark and no `java` is on PATH. "
+            "Install it with `apt-get install -y openjdk-17-jre-headless` (Debian/Ubuntu) "
+            "or set JAVA_HOME to a JDK 17."
+        )
+
+
+def _under_spark_submit() -> bool:
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def session_settings(conf: Config) -> dict[str, str]:
+    """SQL/session settings every amqplens session needs (applied if not already set)."""
+    s = conf.section("spark")
+    progress = s["progress_bar"] == "on" or (s["progress_bar"] == "auto" and sys.stdout.isatty())
+    settings = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.shuffle.partitions": str(s["shuffle_partitions"]),
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+        "spark.ui.showConsoleProgress": "true" if progress else "false",
+    }
+    settings.update(s["extra"])
+    return settings
+
+
+def get_spark(conf: Config):
+    """Return the active session, or build the embedded one from ``conf``."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None or _under_spark_submit():
+        spark = active or SparkSession.builder.appName(conf["spark.app_name"]).getOrCreate()
+        for key, value in session_settings(conf).items():
+            if key.startswith("spark.sql.") and spark.conf.get(key, None) in (None, ""):
+                spark.conf.set(key, value)
+        return spark
+
+    check_java()
+    s = conf.section("spark")
+    # Tests and the CLI run the driver in this Python: workers must use the same interpreter.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(s["master"])
+        .appName(s["app_name"])
+        .config("spark.ui.enabled", str(s["ui_enabled"]).lower())
+        .config("spark.driver.memory", s["driver_memory"])
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J}")
+        .config("spark.python.worker.reuse", "true")
+    )
+    for key, value in session_settings(conf).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

@@ -1,0 +1,14 @@
+"""Table contracts: one definition per table (see schemas.base and schemas.tables)."""
+
+from schemas.base import Column, Table
+from schemas.tables import ALL_TABLES, CAPTURES, CONNECTIONS, DECODE_ERRORS
+
+
+def table(name: str) -> Table:
+    try:
+        return ALL_TABLES[name]
+    except KeyError:
+        raise KeyError(f"no table named {name!r}; tables: {', '.join(sorted(ALL_TABLES))}") from None
+
+
+__all__ = ["ALL_TABLES", "CAPTURES", "CONNECTIONS", "DECODE_ERRORS", "Column", "Table", "table"]
