@@ -95,6 +95,27 @@ def _ports() -> Rule:
     return Rule("a list of TCP ports (1-65535)", check)
 
 
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
+
+
+def _size() -> Rule:
+    def check(v):
+        if isinstance(v, bool):
+            raise ValueError
+        if isinstance(v, int):
+            n = v
+        else:
+            m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(v))
+            if not m or m.group(2).lower() not in _UNITS:
+                raise ValueError
+            n = int(m.group(1)) * _UNITS[m.group(2).lower()]
+        if n < 1:
+            raise ValueError
+        return n
+
+    return Rule("a size in bytes, optionally with a unit: 128m, 64k, 1g", check)
+
+
 def _spark_extra() -> Rule:
     def check(v):
         if not isinstance(v, dict) or not all(isinstance(k, str) and k.startswith("spark.") for k in v):
@@ -114,12 +135,12 @@ SPEC: dict[str, Rule] = {
     "spark.extra": _spark_extra(),
     "lake.root": _str(),
     "lake.staging_max_age_hours": _int(0),
-    "capture.split_size_mb": _int(1),
+    "capture.split_size": _size(),
     "capture.batch_rows": _int(1),
     "capture.amqp_ports": _ports(),
     "capture.tls_ports": _ports(),
     "capture.sniff": _bool(),
-    "capture.max_ooo_kb": _int(1),
+    "capture.max_ooo_buffer": _size(),
     "capture.port_reuse_idle_s": _int(0),
     "decode.max_error_bytes": _int(0),
     "decode.body_prefix_bytes": _int(0),

@@ -1,0 +1,164 @@
+"""Byte-range splits of a capture file and the reader that turns one split into packet batches.
+
+``plan_splits`` cuts a file into ``[start, end)`` ranges; ``read_split`` reads
+the records whose header starts in its range (see ``scan`` for how a split
+finds its first record and where it stops) and yields PACKET_SCHEMA column
+dicts. Container problems become ``CaptureErrorRecord``s, never exceptions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+from typing import Iterator
+
+from amqp_decode.capture import pcap, pcapng
+from amqp_decode.capture.linklayer import LINK_DECODERS
+from amqp_decode.capture.packets import PacketDecoder
+from amqp_decode.capture.records import CaptureErrorRecord, SplitStats
+from amqp_decode.capture.scan import ErrorLog, SplitWalk
+from amqp_decode.errors import DecodeError, Truncated
+
+DEFAULT_SPLIT_SIZE = 128 << 20
+
+
+def sniff_format(path: str | os.PathLike) -> str | None:
+    """``"pcap"``, ``"pcapng"`` or ``None`` from the first bytes of the file."""
+    with open(path, "rb") as f:
+        return _sniff(f.read(12))
+
+
+def _sniff(head: bytes) -> str | None:
+    if head[:4] in pcap.MAGICS:
+        return "pcap"
+    if head[:4] == pcapng.SHB_MAGIC and head[8:12] in pcapng.BOMS:
+        return "pcapng"
+    return None
+
+
+def plan_splits(path: str | os.PathLike, split_size: int = DEFAULT_SPLIT_SIZE) -> list[tuple[int, int]]:
+    """Byte ranges covering the file; an empty file still gets one (empty) split to report it."""
+    if split_size <= 0:
+        raise ValueError("split_size must be positive")
+    size = os.path.getsize(path)
+    if size == 0:
+        return [(0, 0)]
+    return [(start, min(start + split_size, size)) for start in range(0, size, split_size)]
+
+
+def read_split(
+    path: str | os.PathLike,
+    capture_id: str,
+    start: int,
+    end: int,
+    *,
+    batch_rows: int = 8192,
+    max_error_bytes: int = 4096,
+) -> SplitResult:
+    """Packets of one split as an iterable of column dicts; ``stats``/``errors`` once iterated."""
+    return SplitResult(path, capture_id, start, end, batch_rows=batch_rows, max_error_bytes=max_error_bytes)
+
+
+def read_capture(path: str | os.PathLike, capture_id: str, **kwargs) -> SplitResult:
+    """The whole file as one split (a single pass)."""
+    return read_split(path, capture_id, 0, max(os.path.getsize(path), 1), **kwargs)
+
+
+class SplitResult:
+    """Iterate for batches; afterwards ``stats`` and ``errors`` describe the split."""
+
+    def __init__(self, path, capture_id: str, start: int, end: int, *, batch_rows: int, max_error_bytes: int):
+        self.path, self.capture_id, self.start, self.end = path, capture_id, start, end
+        self.batch_rows, self.max_error_bytes = batch_rows, max_error_bytes
+        self.stats = SplitStats()
+        self.errors: list[CaptureErrorRecord] = []
+
+    def __iter__(self) -> Iterator[dict[str, list]]:
+        self.errors = []
+        with _mapped(self.path) as (buf, size):
+            self.stats = SplitStats(format=_sniff(bytes(buf[:12])))
+            log = ErrorLog(buf, self.max_error_bytes)
+            try:
+                yield from self._read(buf, size, log)
+            finally:
+                self.errors = log.records
+
+    def _read(self, buf, size: int, log: ErrorLog) -> Iterator[dict[str, list]]:
+        first_split = self.start == 0
+        if self.stats.format is None:
+            if first_split:
+                if size == 0:
+                    log.add(0, 0, "empty_file", "the file is empty")
+                else:
+                    detail = "the file starts with neither a pcap magic nor a pcapng section header"
+                    log.add(0, size, "not_a_capture", detail)
+            return
+        try:
+            container = pcap.PcapFile(buf, size) if self.stats.format == "pcap" else pcapng.PcapngFile(buf, size)
+        except DecodeError as exc:
+            if first_split:
+                reason = "truncated_file_header" if isinstance(exc, Truncated) else "bad_file_header"
+                log.add(0, min(size, 64), reason, str(exc))
+            return
+        walk = SplitWalk(self.start, self.end, container.resync)
+        if isinstance(container, pcap.PcapFile):
+            records = pcap.iter_records(container, walk, log)
+            if first_split and container.linktype not in LINK_DECODERS:
+                detail = f"link type {container.linktype} is not one the reader decodes; packets are counted, not decoded"
+                log.add(0, pcap.FILE_HEADER_LEN, "unknown_link_type", detail)
+        else:
+            records = pcapng.iter_records(container, walk, log)
+        yield from self._decode(records, buf, log)
+        self.stats.bytes_read = walk.bytes_walked
+
+    def _decode(self, records, buf, log: ErrorLog) -> Iterator[dict[str, list]]:
+        stats = self.stats
+        decoder = PacketDecoder(self.capture_id, stats)
+        add, batch_rows = decoder.add, self.batch_rows
+        first_ts = last_ts = None
+        count, linktype_seen = 0, None
+        offset = -1
+        try:
+            for offset, linktype, ts_us, data, caplen, origlen in records:
+                add(offset, linktype, ts_us, buf, data, caplen, origlen)
+                count += 1
+                if linktype != linktype_seen:
+                    linktype_seen = linktype
+                    if linktype >= 0:
+                        stats.link_types.add(linktype)
+                if first_ts is None or ts_us < first_ts:
+                    first_ts = ts_us
+                if last_ts is None or ts_us > last_ts:
+                    last_ts = ts_us
+                if decoder.rows >= batch_rows:
+                    yield decoder.take()
+        except Exception as exc:  # a reader bug must not fail the task; the row says where
+            log.add(max(offset, 0), 0, "reader_error", f"{type(exc).__name__}: {exc} (after record at {offset})")
+        decoder.fragments.close()
+        stats.records = count
+        stats.first_ts_us, stats.last_ts_us = first_ts, last_ts
+        stats.ip_fragments_unreassembled = decoder.fragments.unreassembled
+        if decoder.rows:
+            yield decoder.take()
+
+
+@contextlib.contextmanager
+def _mapped(path):
+    """The file as a read-only buffer: an mmap, or bytes where mapping is impossible."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            yield b"", 0
+            return
+        try:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            data = f.read()
+            yield data, len(data)
+            return
+        try:
+            yield mapped, size
+        finally:
+            with contextlib.suppress(BufferError):
+                mapped.close()

@@ -1,0 +1,145 @@
+"""The shapes of the rows the 0-9-1 family decoder emits, and their JSON rendering.
+
+Frame rows and error rows are plain dicts with a fixed set of keys (every key
+present, ``None`` when it does not apply), so a batch of them converts to one
+Arrow schema.
+
+Byte accounting: a frame row's ``size`` is every byte of the frame on the wire
+(7-octet header, payload, frame-end; 8 for a protocol header). A frame whose
+arguments fail to decode is still a frame row, with ``decode_error`` set, and
+is never also an error row. Error rows cover the bytes that are not frames:
+``length`` each. So per direction, sum(size) + sum(length) + gap bytes equals
+the stream bytes.
+"""
+
+from __future__ import annotations
+
+import decimal
+import json
+import math
+
+FRAME_KEYS = (
+    "connection_id",
+    "direction",
+    "stream_offset",
+    "ts_us",
+    "dialect",
+    "frame_type",
+    "channel",
+    "size",
+    "class_id",
+    "method_id",
+    "class_name",
+    "method_name",
+    "delivery_tag",
+    "multiple",
+    "requeue",
+    "redelivered",
+    "exchange",
+    "routing_key",
+    "queue",
+    "consumer_tag",
+    "prefetch_count",
+    "prefetch_size",
+    "global_qos",
+    "reply_code",
+    "reply_text",
+    "body_size",
+    "active",
+    "reason",
+    "mandatory",
+    "immediate",
+    "no_ack",
+    "message_count",
+    "arguments_json",
+    "properties_json",
+    "message_seq",
+    "body_sha256",
+    "body_prefix",
+    "decode_error",
+)
+
+ERROR_KEYS = (
+    "connection_id",
+    "direction",
+    "stream_offset",
+    "length",
+    "reason",
+    "detail",
+    "raw",
+    "raw_sha256",
+    "raw_length",
+    "ts_us",
+)
+
+# method argument -> frame column, for the arguments every metric needs
+PROMOTED = {
+    "delivery_tag": "delivery_tag",
+    "multiple": "multiple",
+    "requeue": "requeue",
+    "redelivered": "redelivered",
+    "exchange": "exchange",
+    "routing_key": "routing_key",
+    "queue": "queue",
+    "consumer_tag": "consumer_tag",
+    "prefetch_count": "prefetch_count",
+    "prefetch_size": "prefetch_size",
+    "global": "global_qos",
+    "reply_code": "reply_code",
+    "reply_text": "reply_text",
+    "active": "active",
+    "reason": "reason",
+    "mandatory": "mandatory",
+    "immediate": "immediate",
+    "no_ack": "no_ack",
+    "message_count": "message_count",
+}
+_TEXT_COLUMNS = frozenset({"exchange", "routing_key", "queue", "consumer_tag", "reply_text", "reason"})
+
+FRAME_TEMPLATE = dict.fromkeys(FRAME_KEYS)
+
+
+def promote(row: dict, args: dict, pairs=None) -> None:
+    """Copy the promoted arguments into their columns (text columns always str).
+
+    ``pairs``: the method's (argument, column) pairs, when known (``DialectTables.promoted``).
+    """
+    for name, column in pairs if pairs is not None else ((n, PROMOTED.get(n)) for n in args):
+        if column is None or name not in args:
+            continue
+        value = args[name]
+        if column in _TEXT_COLUMNS and not isinstance(value, str):
+            value = value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else None
+        elif column not in _TEXT_COLUMNS and not isinstance(value, int):
+            value = None  # a spec variant with another type under the same name
+        row[column] = value
+
+
+def _default(value):
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    return repr(value)
+
+
+def _finite(value):
+    """Non-finite floats as strings, so the text is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+_STRICT = json.JSONEncoder(default=_default, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+def to_json(value) -> str:
+    """Compact JSON; bytes as hex, decimals as strings, tables as objects."""
+    try:
+        return _STRICT(value)
+    except ValueError:  # NaN or infinity somewhere in a field table
+        return _STRICT(_finite(value))

@@ -1,0 +1,142 @@
+"""The ``amqplens`` command: one subcommand per job, plus ``run`` and ``demo``.
+
+Every job module also has ``main()`` so ``spark-submit jobs/<job>.py`` takes
+the same arguments and the same layered config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import pathlib
+import sys
+import time
+
+from jobs.config import ConfigError, add_config_arguments, config_from_args
+from jobs.inputs import InputError
+
+DEMO_CAPTURE = pathlib.Path(__file__).resolve().parent / "data" / "demo.pcap"
+
+log = logging.getLogger("amqplens")
+
+
+def _common(p: argparse.ArgumentParser, *, inputs: bool) -> None:
+    if inputs:
+        p.add_argument("--input", nargs="+", required=True, metavar="PATH", help="capture files, folders or globs")
+        p.add_argument("--logs", nargs="*", default=[], metavar="PATH", help="broker logs (a later stage)")
+    p.add_argument("--lake", metavar="DIR", help="lake root (config lake.root)")
+    p.add_argument("--run-id", help="name this run (default: random)")
+    add_config_arguments(p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="amqplens", description="AMQP captures and broker logs into a Delta lakehouse")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _common(sub.add_parser("ingest-captures", help="captures -> captures, connections, decode_errors"), inputs=True)
+    _common(sub.add_parser("run", help="every stage in order"), inputs=True)
+    _common(sub.add_parser("demo", help="run the pipeline on the bundled demo capture and print a summary"), inputs=False)
+    summary = sub.add_parser("summary", help="print what the lake holds")
+    _common(summary, inputs=False)
+    vac = sub.add_parser("vacuum", help="delete files no table snapshot references")
+    _common(vac, inputs=False)
+    vac.add_argument("--retention-hours", type=int, default=168)
+    return parser
+
+
+def _run_stages(spark, conf, inputs, run_id):
+    from jobs import ingest_captures
+
+    t0 = time.monotonic()
+    result = ingest_captures.run(spark, conf, inputs, run_id=run_id)
+    print(f"ingest-captures: {len(result.captures)} capture(s) written, {len(result.skipped)} already done "
+          f"({time.monotonic() - t0:.1f}s)")
+    return result
+
+
+def print_summary(spark, conf, out=sys.stdout) -> None:
+    from pyspark.sql import functions as F
+
+    from jobs.lake import TableStore
+
+    store = TableStore(spark, conf["lake.root"])
+    print(f"lake: {store.root}", file=out)
+    caps = store.read("captures").orderBy("path").collect()
+    print(f"\ncaptures ({len(caps)}):", file=out)
+    for c in caps:
+        print(f"  {c.capture_id[:12]}  {pathlib.Path(c.path).name:<32} {c.format:<7} {c.status:<8} "
+              f"packets={c.packets_total} tcp={c.packets_tcp} selected={c.packets_selected} "
+              f"connections={c.connections}" + (f"  error: {c.error}" if c.error else ""), file=out)
+    conns = (
+        store.read("connections")
+        .orderBy("start_ts")
+        .select("connection_id", "client_ip", "client_port", "server_ip", "server_port", "start_ts", "duration_us",
+                "bytes_to_server", "bytes_to_client", "missing_bytes_to_server", "missing_bytes_to_client", "end_reason")
+        .collect()
+    )
+    print(f"\nconnections ({len(conns)}):", file=out)
+    print(f"  {'client':<24} {'server':<22} {'start (UTC)':<26} {'duration s':>10} {'to server B':>12} {'to client B':>12} "
+          f"{'missing B':>9}  end", file=out)
+    for r in conns:
+        missing = r.missing_bytes_to_server + r.missing_bytes_to_client
+        print(f"  {r.client_ip + ':' + str(r.client_port):<24} {r.server_ip + ':' + str(r.server_port):<22} "
+              f"{r.start_ts.isoformat():<26} {r.duration_us / 1e6:>10.3f} {r.bytes_to_server:>12} {r.bytes_to_client:>12} "
+              f"{missing:>9}  {r.end_reason}", file=out)
+    errs = store.read("decode_errors").groupBy("stage", "reason").agg(F.count("*").alias("n"), F.sum("length").alias("bytes"))
+    rows = errs.orderBy("stage", "reason").collect()
+    if rows:
+        print("\ndecode_errors:", file=out)
+        for r in rows:
+            print(f"  {r.stage:<8} {r.reason:<32} rows={r.n} bytes={r.bytes}", file=out)
+
+
+def dispatch(args) -> int:
+    from jobs.session import JavaMissing, get_spark
+
+    try:
+        conf = config_from_args(args)
+    except ConfigError as exc:
+        print(f"amqplens: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    try:
+        spark = get_spark(conf)
+    except JavaMissing as exc:
+        print(f"amqplens: {exc}", file=sys.stderr)
+        return 3
+    try:
+        if args.command in ("ingest-captures", "run"):
+            _run_stages(spark, conf, args.input, args.run_id)
+        elif args.command == "demo":
+            if not DEMO_CAPTURE.exists():
+                print(f"amqplens: the demo capture {DEMO_CAPTURE} is missing", file=sys.stderr)
+                return 1
+            _run_stages(spark, conf, [str(DEMO_CAPTURE)], args.run_id)
+            print_summary(spark, conf)
+        elif args.command == "summary":
+            print_summary(spark, conf)
+        elif args.command == "vacuum":
+            from jobs.lake import TableStore
+            from schemas import ALL_TABLES
+
+            store = TableStore(spark, conf["lake.root"])
+            for name in ALL_TABLES:
+                print(f"{name}: {len(store.vacuum(name, args.retention_hours))} file(s) deleted")
+    except InputError as exc:
+        print(f"amqplens: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return dispatch(args)
+
+
+def job_main(job: str, argv: list[str] | None = None) -> int:
+    """Entry point of ``spark-submit jobs/<job>.py``: the same arguments as ``amqplens <job>``."""
+    return main([job.replace("_", "-"), *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Job: capture files -> captures, connections, decode_errors.
+
+spark-submit jobs/ingest_captures.py --input PATH [PATH ...] --lake DIR [--config F] [--set k=v]
+
+Reads each file in byte-range splits (one task per split), shuffles the
+packets by flow, reassembles TCP per flow and writes the tables through the
+TableStore. A capture whose rows were already committed with the same decoder
+version and config is skipped; the captures table is written last, so its
+row marks a capture as done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+import hashlib
+import json
+import logging
+import sys
+import uuid
+
+from amqp_decode import __version__
+from amqp_decode import pipeline
+from amqp_decode.capture import plan_splits, sniff_format
+from jobs.config import Config
+from jobs.inputs import CaptureFile, capture_files
+from jobs.lake import TableStore
+from schemas import CAPTURES, CONNECTIONS, DECODE_ERRORS, Table
+
+log = logging.getLogger(__name__)
+JOB = "ingest_captures"
+EPOCH_DAY = dt.date(1970, 1, 1)
+
+
+@dataclasses.dataclass
+class IngestResult:
+    run_id: str
+    captures: list[dict]  # the captures rows written (or found done)
+    skipped: list[str]  # capture ids already ingested with this decoder version/config
+
+
+def options_from(conf: Config) -> pipeline.Options:
+    return pipeline.Options(
+        batch_rows=conf["capture.batch_rows"],
+        amqp_ports=tuple(conf["capture.amqp_ports"]),
+        tls_ports=tuple(conf["capture.tls_ports"]),
+        sniff=conf["capture.sniff"],
+        max_ooo_bytes=conf["capture.max_ooo_buffer"],
+        port_reuse_idle_s=conf["capture.port_reuse_idle_s"],
+        max_error_bytes=conf["decode.max_error_bytes"],
+    )
+
+
+def fingerprint(options: pipeline.Options) -> str:
+    """What the rows depend on besides the input bytes: decoder version and decode options."""
+    text = json.dumps({"version": __version__, **dataclasses.asdict(options)}, sort_keys=True)
+    return f"{__version__}+{hashlib.blake2b(text.encode(), digest_size=6).hexdigest()}"
+
+
+def app_id(capture_id: str, fp: str) -> str:
+    return f"amqplens/{JOB}/{capture_id}/{fp}"
+
+
+def conform(df, table: Table):
+    """Cast the job's columns to the contract's types (the TableStore then checks them strictly)."""
+    from pyspark.sql import functions as F
+
+    return df.select(*[F.col(c.name).cast(c.spark_type()).alias(c.name) for c in table.columns])
+
+
+def _split_rows(files: list[CaptureFile], split_size: int) -> list[tuple]:
+    rows = []
+    for f in files:
+        for i, (start, end) in enumerate(plan_splits(f.path, split_size)):
+            rows.append((f.capture_id, f.path, start, end, i))
+    return rows
+
+
+def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> IngestResult:
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    run_id = run_id or uuid.uuid4().hex[:12]
+    store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
+    options = options_from(conf)
+    fp = fingerprint(options)
+    files = capture_files(inputs)
+    todo = [f for f in files if not store.committed("captures", app_id(f.capture_id, fp))]
+    skipped = [f.capture_id for f in files if f not in todo]
+    for cid in skipped:
+        log.info("capture %s already ingested with %s; skipped", cid[:12], fp)
+    if not todo:
+        return IngestResult(run_id, [], skipped)
+
+    split_rows = _split_rows(todo, conf["capture.split_size"])
+    splits = spark.sparkContext.parallelize(split_rows, max(1, len(split_rows))).toDF(
+        from_arrow_schema(pipeline.SPLITS_SCHEMA)
+    )
+    packets = splits.mapInArrow(
+        functools.partial(pipeline.read_splits, options=options), from_arrow_schema(pipeline.PACKETS_OUT_SCHEMA)
+    )
+    flows = (
+        packets.repartition(conf["spark.shuffle_partitions"], "flow_key")
+        .sortWithinPartitions("capture_id", "flow_key", "ts_us", "record_offset")
+        .mapInArrow(functools.partial(pipeline.decode_flows, options=options), from_arrow_schema(pipeline.FLOWS_OUT_SCHEMA))
+        .persist(StorageLevel.DISK_ONLY)
+    )
+    try:
+        stats_rows = flows.where(F.col("kind") == "split_stats").select("capture_id", "meta").collect()
+        per_capture = _merge_stats(stats_rows)
+        dates = {f.capture_id: _capture_date(per_capture.get(f.capture_id)) for f in todo}
+        date_df = spark.createDataFrame(list(dates.items()), "capture_id string, capture_date date")
+        units = {f.capture_id: app_id(f.capture_id, fp) for f in todo}
+
+        connections = _connections_df(flows, date_df)
+        store.write("connections", connections, units=units, run_id=run_id)
+        errors = _errors_df(flows, date_df)
+        store.write("decode_errors", errors, units=units, run_id=run_id)
+
+        counts = _counts(flows)
+        capture_rows = [_capture_row(f, per_capture.get(f.capture_id), dates[f.capture_id], counts.get(f.capture_id, {}),
+                                     run_id, fp, conf) for f in todo]
+        captures_df = spark.createDataFrame(capture_rows, CAPTURES.spark_schema())
+        store.write("captures", captures_df, units=units, run_id=run_id)
+    finally:
+        flows.unpersist()
+    return IngestResult(run_id, capture_rows, skipped)
+
+
+def _merge_stats(rows) -> dict[str, pipeline.SplitStats]:
+    merged: dict[str, pipeline.SplitStats] = {}
+    splits: dict[str, int] = {}
+    for row in rows:
+        s = pipeline.stats_from_json(row["meta"])
+        merged[row["capture_id"]] = merged[row["capture_id"]].merge(s) if row["capture_id"] in merged else s
+        splits[row["capture_id"]] = splits.get(row["capture_id"], 0) + 1
+    for cid, n in splits.items():
+        merged[cid].splits = n  # type: ignore[attr-defined]
+    return merged
+
+
+def _capture_date(stats) -> dt.date:
+    if stats is None or stats.first_ts_us is None:
+        return EPOCH_DAY
+    return dt.datetime.fromtimestamp(stats.first_ts_us / 1e6, dt.timezone.utc).date()
+
+
+def _connections_df(flows, date_df):
+    from pyspark.sql import functions as F
+
+    c = flows.where(F.col("kind") == "connection").select("connection.*")
+    c = (
+        c.join(F.broadcast(date_df), "capture_id")
+        .withColumn("start_ts", F.timestamp_micros("start_ts_us"))
+        .withColumn("end_ts", F.timestamp_micros("end_ts_us"))
+        .withColumn("duration_us", F.col("end_ts_us") - F.col("start_ts_us"))
+        .withColumn("source", F.lit("capture"))
+    )
+    return conform(c, CONNECTIONS)
+
+
+def _errors_df(flows, date_df):
+    from pyspark.sql import functions as F
+
+    e = flows.where(F.col("kind") == "error").select("capture_id", "error.*")
+    e = e.join(F.broadcast(date_df), "capture_id").withColumn("ts", F.timestamp_micros("ts_us"))
+    return conform(e, DECODE_ERRORS)
+
+
+def _counts(flows) -> dict[str, dict]:
+    from pyspark.sql import functions as F
+
+    rows = (
+        flows.where(F.col("kind").isin("connection", "error"))
+        .groupBy("capture_id")
+        .agg(
+            F.sum(F.when(F.col("kind") == "connection", 1).otherwise(0)).alias("connections"),
+            F.sum(F.col("connection.packets_to_server") + F.col("connection.packets_to_client")).alias("packets_selected"),
+            F.sum(F.when(F.col("error.stage") == "capture", 1).otherwise(0)).alias("capture_errors"),
+            F.first(F.when(F.col("error.stage") == "capture", F.col("error.detail")), ignorenulls=True).alias("first_error"),
+        )
+        .collect()
+    )
+    return {r["capture_id"]: r.asDict() for r in rows}
+
+
+def _capture_row(f: CaptureFile, stats, date: dt.date, counts: dict, run_id: str, fp: str, conf: Config) -> dict:
+    def ts(us):
+        return None if us is None else dt.datetime.fromtimestamp(us / 1e6, dt.timezone.utc)
+
+    fmt = stats.format if stats and stats.format else (sniff_format(f.path) or "unknown")
+    records = stats.records if stats else 0
+    n_errors = counts.get("capture_errors") or 0
+    if records == 0 and (n_errors or f.size > 0):
+        status = "failed"
+    elif n_errors:
+        status = "partial"
+    else:
+        status = "ok"
+    error = counts.get("first_error") if status != "ok" else None
+    if status == "failed" and not error:
+        error = "no packet records could be read"
+    if f.size == 0:
+        status, error = "failed", "the file is empty"
+    return {
+        "capture_id": f.capture_id,
+        "capture_date": date,
+        "path": f.path,
+        "size_bytes": f.size,
+        "format": fmt,
+        "link_types": sorted(stats.link_types) if stats else [],
+        "splits": getattr(stats, "splits", 0) if stats else 0,
+        "packets_total": records,
+        "packets_tcp": stats.tcp_packets if stats else 0,
+        "packets_selected": counts.get("packets_selected") or 0,
+        "ip_fragments": stats.ip_fragments if stats else 0,
+        "connections": counts.get("connections") or 0,
+        "capture_errors": n_errors,
+        "first_ts": ts(stats.first_ts_us) if stats else None,
+        "last_ts": ts(stats.last_ts_us) if stats else None,
+        "status": status,
+        "error": error,
+        "run_id": run_id,
+        "decoder_version": fp,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    from jobs.cli import job_main
+
+    return job_main(JOB, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

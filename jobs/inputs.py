@@ -1,0 +1,66 @@
+"""Input discovery: files, folders and globs -> capture files with content ids."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import os
+import pathlib
+
+CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".dmp", ".pcap0", ".ntar")
+
+
+@dataclasses.dataclass(frozen=True)
+class CaptureFile:
+    path: str
+    size: int
+    capture_id: str  # sha256 of the content
+
+
+class InputError(ValueError):
+    pass
+
+
+def sha256_file(path: str, chunk: int = 8 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def expand_inputs(specs: list[str]) -> list[str]:
+    """Files as given; folders searched recursively for capture suffixes; globs expanded."""
+    out: list[str] = []
+    for spec in specs:
+        if any(ch in spec for ch in "*?["):
+            matches = sorted(glob.glob(spec, recursive=True))
+            if not matches:
+                raise InputError(f"input {spec!r}: the pattern matches no file")
+            out += [m for m in matches if os.path.isfile(m)]
+        elif os.path.isdir(spec):
+            found = sorted(str(p) for p in pathlib.Path(spec).rglob("*") if p.is_file() and p.name.lower().endswith(CAPTURE_SUFFIXES))
+            if not found:
+                raise InputError(f"input {spec!r}: the folder holds no capture files ({', '.join(CAPTURE_SUFFIXES)})")
+            out += found
+        elif os.path.isfile(spec):
+            out.append(spec)
+        else:
+            raise InputError(f"input {spec!r}: no such file or folder")
+    seen, unique = set(), []
+    for p in out:
+        a = os.path.abspath(p)
+        if a not in seen:
+            seen.add(a)
+            unique.append(a)
+    return unique
+
+
+def capture_files(specs: list[str]) -> list[CaptureFile]:
+    """Each distinct content once (the same bytes under two names are one capture)."""
+    by_id: dict[str, CaptureFile] = {}
+    for path in expand_inputs(specs):
+        cid = sha256_file(path)
+        by_id.setdefault(cid, CaptureFile(path=path, size=os.path.getsize(path), capture_id=cid))
+    return list(by_id.values())

@@ -1,0 +1,61 @@
+"""Layered config: defaults < local < --config files < --set; bad values fail at start, saying why."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from jobs.config import CONF_DIR, ConfigError, load_config
+
+
+@pytest.fixture
+def conf_dir(tmp_path):
+    d = tmp_path / "conf"
+    d.mkdir()
+    shutil.copy(CONF_DIR / "defaults.yaml", d / "defaults.yaml")
+    return d
+
+
+def test_defaults_load(conf_dir):
+    c = load_config(conf_dir=conf_dir)
+    assert c["capture.amqp_ports"] == [5672]
+    assert c["capture.split_size"] == 128 << 20
+
+
+def test_layers_in_order(conf_dir, tmp_path):
+    (conf_dir / "local.yaml").write_text("capture:\n  split_size: 64k\n  batch_rows: 100\n")
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("capture:\n  split_size: 32k\n")
+    c = load_config([str(extra)], ["capture.batch_rows=7", "capture.amqp_ports=[5672, 5673]"], conf_dir=conf_dir)
+    assert c["capture.split_size"] == 32 << 10  # --config beats local.yaml
+    assert c["capture.batch_rows"] == 7  # --set beats everything
+    assert c["capture.amqp_ports"] == [5672, 5673]
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("capture.split_size=abc", r"'capture.split_size': got 'abc', expected a size in bytes"),
+        ("capture.split_size=0", r"got 0, expected a size in bytes"),
+        ("capture.batch_rows=-3", r"'capture.batch_rows': got -3, expected an integer >= 1"),
+        ("capture.amqp_ports=[70000]", r"'capture.amqp_ports': got \[70000\], expected a list of TCP ports"),
+        ("capture.sniff=maybe", r"'capture.sniff': got 'maybe', expected true or false"),
+        ("decode.field_table_letters=klingon", r"expected one of rabbitmq, spec"),
+        ("spark.driver_memory=lots", r"expected a JVM memory size"),
+        ("capture.no_such_key=1", r"'capture.no_such_key' is not known"),
+        ("novalue", r"expected key=value"),
+    ],
+)
+def test_bad_values_name_key_value_and_expectation(conf_dir, setting, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(sets=[setting], conf_dir=conf_dir)
+
+
+def test_broken_yaml_file_is_named(conf_dir, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("capture: [unclosed\n")
+    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+        load_config([str(bad)], conf_dir=conf_dir)
+    with pytest.raises(ConfigError, match="nope.yaml: not found"):
+        load_config([str(tmp_path / "nope.yaml")], conf_dir=conf_dir)

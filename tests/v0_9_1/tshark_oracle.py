@@ -1,0 +1,107 @@
+"""tshark as an independent oracle for 0-9-1 captures (see shared/notes/tshark-as-oracle.md).
+
+- ``streams(pcap)``: per TCP stream, the two direction byte streams, taken from
+  tshark's own ``follow,tcp,raw`` (the project's reassembler is tested apart);
+- ``frames(pcap)``: per TCP stream and direction, the frames tshark dissects, as
+  ``(channel, frame type, class id, method id, delivery tag)`` tuples, from
+  ``-T json`` read with a hook that keeps the repeated ``amqp`` keys.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+AMQP_PORTS = (5672,)
+PREFS = ["-o", "tcp.reassemble_out_of_order:TRUE"]
+
+
+def available() -> bool:
+    return shutil.which("tshark") is not None
+
+
+def _run(args: list[str]) -> str:
+    return subprocess.run(["tshark", *args], check=True, capture_output=True, text=True).stdout
+
+
+def stream_ids(pcap: str) -> list[int]:
+    out = _run(["-r", pcap, *PREFS, "-T", "fields", "-e", "tcp.stream", "-Y", "tcp.len > 0"])
+    return sorted({int(x) for x in out.split()})
+
+
+def follow(pcap: str, stream: int) -> dict:
+    """``{"to_server": bytes, "to_client": bytes, "client_port": int}`` for one TCP stream."""
+    out = _run(["-r", pcap, *PREFS, "-q", "-z", f"follow,tcp,raw,{stream}"])
+    ports = {}
+    for node, _addr, port in re.findall(r"^Node (\d): (.+):(\d+)$", out, re.M):
+        ports[int(node)] = int(port)
+    data = {0: bytearray(), 1: bytearray()}
+    body = out.split("=" * 67)[1] if "=" * 67 in out else out
+    for line in body.splitlines():
+        if not line.strip() or line.startswith(("Follow:", "Filter:", "Node ")):
+            continue
+        node = 1 if line.startswith("\t") else 0
+        data[node] += bytes.fromhex(line.strip())
+    server = 0 if ports.get(0) in AMQP_PORTS else 1
+    return {
+        "to_server": bytes(data[1 - server]),
+        "to_client": bytes(data[server]),
+        "client_port": ports.get(1 - server),
+    }
+
+
+def _pairs(pairs):
+    return pairs  # keep every key, repeated ones included
+
+
+def _get(pairs, key):
+    for k, v in pairs:
+        if k == key:
+            return v
+    return None
+
+
+def _walk_amqp(pairs, out):
+    for k, v in pairs:
+        if k == "amqp" and isinstance(v, list):
+            out.append(v)
+        elif isinstance(v, list) and v and isinstance(v[0], tuple):
+            _walk_amqp(v, out)
+
+
+def _int(v):
+    return int(v) if v is not None else None
+
+
+def frames(pcap: str) -> dict:
+    """``{(stream, direction): [(channel, type, class, method, delivery_tag), ...]}``."""
+    out = _run(["-r", pcap, *PREFS, "-T", "json", "-J", "tcp amqp"])
+    packets = json.loads(out, object_pairs_hook=_pairs)
+    result: dict = {}
+    for pkt in packets:
+        layers = _get(_get(pkt, "_source"), "layers")
+        tcp = _get(layers, "tcp")
+        if tcp is None:
+            continue
+        stream = int(_get(tcp, "tcp.stream"))
+        direction = "to_server" if int(_get(tcp, "tcp.dstport")) in AMQP_PORTS else "to_client"
+        found: list = []
+        _walk_amqp(layers, found)
+        for amqp in found:
+            ftype = _get(amqp, "amqp.type")
+            if ftype is None:  # tshark 4.0 leaves the 0-9-1 protocol header undissected
+                continue
+            args = _get(amqp, "amqp.method.arguments") or []
+            tag = _get(args, "amqp.method.arguments.delivery_tag") if isinstance(args, list) else None
+            result.setdefault((stream, direction), []).append(
+                (
+                    _int(_get(amqp, "amqp.channel")),
+                    int(ftype),
+                    _int(_get(amqp, "amqp.method.class")),
+                    _int(_get(amqp, "amqp.method.method")),
+                    _int(tag),
+                )
+            )
+    return result
