@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from amqp_decode.capture import read_split
+from amqp_decode.codecs import DecodeOptions, DecodingConsumer
 from amqp_decode.capture.records import PACKET_SCHEMA, CaptureErrorRecord, SplitStats
 from amqp_decode.tcp import TcpReassembler
 from amqp_decode.tcp.records import ConnectionRecord, GapRecord
@@ -71,15 +72,22 @@ class ErrorRow:
 CONNECTION_STRUCT = _struct_of(ConnectionRecord)
 ERROR_STRUCT = _struct_of(ErrorRow)
 
-FLOWS_OUT_SCHEMA = pa.schema(
-    [
-        ("kind", pa.string()),
-        ("capture_id", pa.string()),
-        ("meta", pa.string()),
-        ("connection", CONNECTION_STRUCT),
-        ("error", ERROR_STRUCT),
-    ]
-)
+def flows_out_schema(frame_struct: pa.StructType, facts_struct: pa.StructType) -> pa.Schema:
+    """Stage 2's output. The frame and facts struct types come from the caller (the table contracts)."""
+    return pa.schema(
+        [
+            ("kind", pa.string()),
+            ("capture_id", pa.string()),
+            ("meta", pa.string()),
+            ("connection", CONNECTION_STRUCT),
+            ("facts", facts_struct),
+            ("error", ERROR_STRUCT),
+            ("frame", frame_struct),
+        ]
+    )
+
+
+_EMPTY = pa.struct([pa.field("none", pa.null())])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +99,15 @@ class Options:
     max_ooo_bytes: int = 4 << 20
     port_reuse_idle_s: int = 60
     max_error_bytes: int = 4096
+    decode: bool = True  # run the AMQP codecs on the streams (False: transport only)
+    decode_options: DecodeOptions = DecodeOptions()
+    # Arrow struct types of frame rows and connection facts, given by the job from schemas/.
+    frame_struct: pa.StructType = _EMPTY
+    facts_struct: pa.StructType = _EMPTY
+
+    @property
+    def flows_schema(self) -> pa.Schema:
+        return flows_out_schema(self.frame_struct, self.facts_struct)
 
 
 def error_id(capture_id: str, connection_id: str | None, direction: str | None, stage: str, offset: int) -> str:
@@ -163,29 +180,31 @@ def read_splits(batches: Iterable[pa.RecordBatch], options: Options = Options())
 # ----------------------------------------------------------------- stage 2
 
 
-class _FlowsOutput:
-    """Collects output records and emits them as Arrow batches of one kind each."""
+def to_struct_array(rows: list[dict], typ: pa.StructType) -> pa.Array:
+    """Rows (dicts, extra keys ignored) as a struct array; values the type cannot hold become null."""
+    try:
+        return pa.array(rows, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return pa.array([_coerce(r, typ) for r in rows], type=typ)
 
-    def __init__(self, capture_rows: int):
-        self.limit = capture_rows
 
-    @staticmethod
-    def batch(kind: str, capture_ids: list[str], *, meta=None, connection=None, error=None) -> pa.RecordBatch:
-        n = len(capture_ids)
-
-        def col(values, typ):
-            return pa.array(values, typ) if values is not None else pa.nulls(n, typ)
-
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array([kind] * n, pa.string()),
-                pa.array(capture_ids, pa.string()),
-                col(meta, pa.string()),
-                col(connection, CONNECTION_STRUCT),
-                col(error, ERROR_STRUCT),
-            ],
-            schema=FLOWS_OUT_SCHEMA,
-        )
+def _coerce(row: dict, typ: pa.StructType) -> dict:
+    out = {}
+    for field in typ:
+        v = row.get(field.name)
+        if v is None:
+            out[field.name] = None
+        elif pa.types.is_boolean(field.type):
+            out[field.name] = bool(v) if isinstance(v, (bool, int)) else None
+        elif pa.types.is_integer(field.type):
+            out[field.name] = v if isinstance(v, int) and -(1 << 63) <= v < (1 << 63) else None
+        elif pa.types.is_string(field.type):
+            out[field.name] = v if isinstance(v, str) else str(v)
+        elif pa.types.is_binary(field.type):
+            out[field.name] = bytes(v) if isinstance(v, (bytes, bytearray, memoryview)) else None
+        else:
+            out[field.name] = v
+    return out
 
 
 def _gap_row(capture_id: str, gap: GapRecord) -> dict:
@@ -195,6 +214,34 @@ def _gap_row(capture_id: str, gap: GapRecord) -> dict:
             connection_id=gap.connection_id, direction=gap.direction, stage="tcp", offset=gap.offset,
             length=gap.length, reason=f"tcp_{gap.reason}", detail=f"{gap.length} stream bytes were not captured ({gap.reason})",
             ts_us=gap.ts_us, raw=b"", raw_length=gap.length, raw_sha256=None,
+        )
+    )
+
+
+def _codec_error_row(capture_id: str, e: dict) -> dict:
+    return dataclasses.asdict(
+        ErrorRow(
+            error_id=error_id(capture_id, e["connection_id"], e["direction"], "codec", e["stream_offset"]),
+            connection_id=e["connection_id"], direction=e["direction"], stage="codec", offset=e["stream_offset"],
+            length=e["length"], reason=e["reason"], detail=e["detail"], ts_us=e["ts_us"], raw=e["raw"],
+            raw_length=e["raw_length"], raw_sha256=e["raw_sha256"],
+        )
+    )
+
+
+def _accounting_row(capture_id: str, conn: ConnectionRecord, direction: str, facts: dict) -> dict | None:
+    """The nothing-is-lost check: frame + codec error + gap bytes must equal the stream bytes."""
+    stream = conn.bytes_to_server if direction == "to_server" else conn.bytes_to_client
+    covered = sum(facts.get(f"{k}_bytes_{direction}") or 0 for k in ("frame", "error", "gap"))
+    if covered == stream:
+        return None
+    return dataclasses.asdict(
+        ErrorRow(
+            error_id=error_id(capture_id, conn.connection_id, direction, "accounting", 0),
+            connection_id=conn.connection_id, direction=direction, stage="codec", offset=0, length=0,
+            reason="byte_accounting_mismatch",
+            detail=f"frames+errors+gaps cover {covered} bytes but the stream has {stream}",
+            ts_us=conn.start_ts_us, raw=b"", raw_length=0, raw_sha256=None,
         )
     )
 
@@ -211,46 +258,115 @@ def _capture_error_row(capture_id: str, meta: str) -> dict:
     )
 
 
-def decode_flows(batches: Iterable[pa.RecordBatch], options: Options = Options()) -> Iterator[pa.RecordBatch]:
-    """Reassemble TCP per flow and emit connections, gaps and passed-through capture rows."""
-    reassemblers: dict[str, TcpReassembler] = {}
-    out = _FlowsOutput
+def _out_batch(schema: pa.Schema, kind: str, capture_id: str, n: int, **columns) -> pa.RecordBatch:
+    """A stage-2 batch of one kind: the named struct columns filled, the others null."""
+    arrays = [pa.array([kind] * n, pa.string()), pa.array([capture_id] * n, pa.string())]
+    for field in list(schema)[2:]:
+        values = columns.get(field.name)
+        arrays.append(pa.nulls(n, field.type) if values is None else values)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
-    def drain(cid: str, r: TcpReassembler):
-        conns = [dataclasses.asdict(c) for c in r.drain_connections()]
+
+class _FlowDecoder:
+    """TCP reassembly plus the codecs for one capture's packets; yields output batches."""
+
+    def __init__(self, capture_id: str, options: Options):
+        self.capture_id = capture_id
+        self.options = options
+        self.schema = options.flows_schema
+        self.live: dict[str, DecodingConsumer] = {}
+        self.facts: dict[str, dict] = {}
+        self.frames: list[dict] = []
+        self.errors: list[dict] = []
+        self.reassembler = TcpReassembler(
+            capture_id, amqp_ports=options.amqp_ports, tls_ports=options.tls_ports, sniff=options.sniff,
+            max_ooo_bytes=options.max_ooo_bytes, reuse_idle_us=options.port_reuse_idle_s * 1_000_000,
+            consumer_factory=self._consumer if options.decode else None,
+        )
+
+    def _consumer(self, info) -> DecodingConsumer | None:
+        if info.tls:
+            return None
+        c = DecodingConsumer(info.connection_id, self.options.decode_options, self._closed)
+        self.live[info.connection_id] = c
+        return c
+
+    def _closed(self, consumer: DecodingConsumer, conn: ConnectionRecord) -> None:
+        self._collect(consumer)
+        self.facts[conn.connection_id] = consumer.connection_facts()
+        self.live.pop(conn.connection_id, None)
+
+    def _collect(self, consumer: DecodingConsumer) -> None:
+        self.frames += consumer.drain_frames()
+        self.errors += [_codec_error_row(self.capture_id, e) for e in consumer.drain_errors()]
+
+    def batch(self, kind: str, n: int, **columns) -> pa.RecordBatch:
+        return _out_batch(self.schema, kind, self.capture_id, n, **columns)
+
+    def feed(self, columns: dict) -> Iterator[pa.RecordBatch]:
+        self.reassembler.feed_columns(columns)
+        yield from self.drain(final=False)
+
+    def finish(self) -> Iterator[pa.RecordBatch]:
+        self.reassembler.finish()
+        yield from self.drain(final=True)
+
+    def drain(self, final: bool) -> Iterator[pa.RecordBatch]:
+        for consumer in list(self.live.values()):
+            self._collect(consumer)
+        conns = self.reassembler.drain_connections()
         if conns:
-            yield out.batch("connection", [cid] * len(conns), connection=conns)
-        gaps = [_gap_row(cid, g) for g in r.drain_gaps()]
-        if gaps:
-            yield out.batch("error", [cid] * len(gaps), error=gaps)
+            facts = [self.facts.pop(c.connection_id, None) for c in conns]
+            for c, f in zip(conns, facts):
+                if f:
+                    for d in ("to_server", "to_client"):
+                        row = _accounting_row(self.capture_id, c, d, f)
+                        if row:
+                            self.errors.append(row)
+            yield self.batch(
+                "connection", len(conns),
+                connection=pa.array([dataclasses.asdict(c) for c in conns], CONNECTION_STRUCT),
+                facts=to_struct_array([f or {} for f in facts], self.options.facts_struct),
+            )
+        gaps = [_gap_row(self.capture_id, g) for g in self.reassembler.drain_gaps()]
+        self.errors += gaps
+        limit = self.options.batch_rows
+        while self.frames and (final or len(self.frames) >= limit):
+            chunk, self.frames = self.frames[:limit], self.frames[limit:]
+            yield self.batch("frame", len(chunk), frame=to_struct_array(chunk, self.options.frame_struct))
+        if self.errors and (final or len(self.errors) >= limit or conns):
+            chunk, self.errors = self.errors, []
+            yield self.batch("error", len(chunk), error=pa.array(chunk, ERROR_STRUCT))
+
+
+def decode_flows(batches: Iterable[pa.RecordBatch], options: Options = Options()) -> Iterator[pa.RecordBatch]:
+    """Reassemble TCP per flow, decode AMQP, emit connections, frames, errors and the capture rows passed through."""
+    decoders: dict[str, _FlowDecoder] = {}
+    schema = options.flows_schema
+
+    def passthrough(kind: str, cid: str, meta: str) -> pa.RecordBatch:
+        if kind == "capture_error":
+            return _out_batch(schema, "error", cid, 1, error=pa.array([_capture_error_row(cid, meta)], ERROR_STRUCT))
+        return _out_batch(schema, kind, cid, 1, meta=pa.array([meta], pa.string()))
 
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        kinds = batch.column("kind")
-        packets_mask = pc.equal(kinds, "packet")
+        packets_mask = pc.equal(batch.column("kind"), "packet")
         others = batch.filter(pc.invert(packets_mask))
         for row in others.select(["kind", "capture_id", "meta"]).to_pylist():
-            if row["kind"] == "capture_error":
-                yield out.batch("error", [row["capture_id"]], error=[_capture_error_row(row["capture_id"], row["meta"])])
-            else:
-                yield out.batch(row["kind"], [row["capture_id"]], meta=[row["meta"]])
+            yield passthrough(row["kind"], row["capture_id"], row["meta"])
         packets = batch.filter(packets_mask)
         if packets.num_rows == 0:
             continue
-        # A partition may hold flows of several captures; runs of one capture are contiguous per flow.
+        # A partition may hold flows of several captures; each capture's flows are contiguous (sort order).
         cids = packets.column("capture_id")
         unique = pc.unique(cids).to_pylist()
         for cid in unique:
             part = packets if len(unique) == 1 else packets.filter(pc.equal(cids, cid))
-            r = reassemblers.get(cid)
-            if r is None:
-                r = reassemblers[cid] = TcpReassembler(
-                    cid, amqp_ports=options.amqp_ports, tls_ports=options.tls_ports, sniff=options.sniff,
-                    max_ooo_bytes=options.max_ooo_bytes, reuse_idle_us=options.port_reuse_idle_s * 1_000_000,
-                )
-            r.feed_columns(part.to_pydict())
-            yield from drain(cid, r)
-    for cid, r in reassemblers.items():
-        r.finish()
-        yield from drain(cid, r)
+            d = decoders.get(cid)
+            if d is None:
+                d = decoders[cid] = _FlowDecoder(cid, options)
+            yield from d.feed(part.to_pydict())
+    for d in decoders.values():
+        yield from d.finish()

@@ -82,6 +82,17 @@ def print_summary(spark, conf, out=sys.stdout) -> None:
         print(f"  {r.client_ip + ':' + str(r.client_port):<24} {r.server_ip + ':' + str(r.server_port):<22} "
               f"{r.start_ts.isoformat():<26} {r.duration_us / 1e6:>10.3f} {r.bytes_to_server:>12} {r.bytes_to_client:>12} "
               f"{missing:>9}  {r.end_reason}", file=out)
+    frames = (
+        store.read("frames")
+        .withColumn("what", F.coalesce(F.concat_ws(".", "class_name", "method_name"), F.col("performative")))
+        .withColumn("what", F.when(F.col("what") == "", F.col("frame_type")).otherwise(F.col("what")))
+        .groupBy("dialect", "what").agg(F.count("*").alias("n"), F.sum("size").alias("bytes"))
+        .orderBy(F.desc("n"), "dialect", "what")
+        .collect()
+    )
+    print(f"\nframes per method ({sum(r.n for r in frames)} frames):", file=out)
+    for r in frames:
+        print(f"  {r.dialect:<6} {r.what:<28} {r.n:>8} frames {r.bytes:>10} bytes", file=out)
     errs = store.read("decode_errors").groupBy("stage", "reason").agg(F.count("*").alias("n"), F.sum("length").alias("bytes"))
     rows = errs.orderBy("stage", "reason").collect()
     if rows:

@@ -1,4 +1,4 @@
-"""Job: capture files -> captures, connections, decode_errors.
+"""Job: capture files -> captures, connections, frames, decode_errors.
 
 spark-submit jobs/ingest_captures.py --input PATH [PATH ...] --lake DIR [--config F] [--set k=v]
 
@@ -23,10 +23,12 @@ import uuid
 from amqp_decode import __version__
 from amqp_decode import pipeline
 from amqp_decode.capture import plan_splits, sniff_format
+from amqp_decode.codecs import DecodeOptions
 from jobs.config import Config
 from jobs.inputs import CaptureFile, capture_files
 from jobs.lake import TableStore
-from schemas import CAPTURES, CONNECTIONS, DECODE_ERRORS, Table
+from schemas import CAPTURES, CONNECTIONS, DECODE_ERRORS, FRAMES, Table
+from schemas.tables import PROTOCOL_COLUMNS, PROTOCOL_FACT_KEYS
 
 log = logging.getLogger(__name__)
 JOB = "ingest_captures"
@@ -40,8 +42,32 @@ class IngestResult:
     skipped: list[str]  # capture ids already ingested with this decoder version/config
 
 
+# Columns of frames that the job adds itself (the codec rows carry ts_us instead of ts).
+_FRAME_JOB_COLUMNS = ("frame_id", "capture_id", "capture_date", "ts")
+
+
+def frame_struct():
+    import pyarrow as pa
+
+    fields = [pa.field(c.name, c.arrow_type) for c in FRAMES.columns if c.name not in _FRAME_JOB_COLUMNS]
+    return pa.struct(fields + [pa.field("ts_us", pa.int64())])
+
+
+def facts_struct():
+    import pyarrow as pa
+
+    return pa.struct([pa.field(PROTOCOL_FACT_KEYS.get(c.name, c.name), c.arrow_type) for c in PROTOCOL_COLUMNS])
+
+
 def options_from(conf: Config) -> pipeline.Options:
     return pipeline.Options(
+        decode_options=DecodeOptions(
+            field_table_letters=conf["decode.field_table_letters"],
+            max_error_bytes=conf["decode.max_error_bytes"],
+            body_prefix_bytes=conf["decode.body_prefix_bytes"],
+        ),
+        frame_struct=frame_struct(),
+        facts_struct=facts_struct(),
         batch_rows=conf["capture.batch_rows"],
         amqp_ports=tuple(conf["capture.amqp_ports"]),
         tls_ports=tuple(conf["capture.tls_ports"]),
@@ -54,7 +80,8 @@ def options_from(conf: Config) -> pipeline.Options:
 
 def fingerprint(options: pipeline.Options) -> str:
     """What the rows depend on besides the input bytes: decoder version and decode options."""
-    text = json.dumps({"version": __version__, **dataclasses.asdict(options)}, sort_keys=True)
+    settings = {k: v for k, v in dataclasses.asdict(options).items() if not k.endswith("_struct")}
+    text = json.dumps({"version": __version__, **settings}, sort_keys=True, default=str)
     return f"{__version__}+{hashlib.blake2b(text.encode(), digest_size=6).hexdigest()}"
 
 
@@ -104,7 +131,7 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
     flows = (
         packets.repartition(conf["spark.shuffle_partitions"], "flow_key")
         .sortWithinPartitions("capture_id", "flow_key", "ts_us", "record_offset")
-        .mapInArrow(functools.partial(pipeline.decode_flows, options=options), from_arrow_schema(pipeline.FLOWS_OUT_SCHEMA))
+        .mapInArrow(functools.partial(pipeline.decode_flows, options=options), from_arrow_schema(options.flows_schema))
         .persist(StorageLevel.DISK_ONLY)
     )
     try:
@@ -116,6 +143,7 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
 
         connections = _connections_df(flows, date_df)
         store.write("connections", connections, units=units, run_id=run_id)
+        store.write("frames", _frames_df(flows, date_df), units=units, run_id=run_id)
         errors = _errors_df(flows, date_df)
         store.write("decode_errors", errors, units=units, run_id=run_id)
 
@@ -150,7 +178,8 @@ def _capture_date(stats) -> dt.date:
 def _connections_df(flows, date_df):
     from pyspark.sql import functions as F
 
-    c = flows.where(F.col("kind") == "connection").select("connection.*")
+    facts = [F.col(f"facts.{PROTOCOL_FACT_KEYS.get(c.name, c.name)}").alias(c.name) for c in PROTOCOL_COLUMNS]
+    c = flows.where(F.col("kind") == "connection").select("connection.*", *facts)
     c = (
         c.join(F.broadcast(date_df), "capture_id")
         .withColumn("start_ts", F.timestamp_micros("start_ts_us"))
@@ -159,6 +188,21 @@ def _connections_df(flows, date_df):
         .withColumn("source", F.lit("capture"))
     )
     return conform(c, CONNECTIONS)
+
+
+def _frames_df(flows, date_df):
+    from pyspark.sql import functions as F
+
+    f = flows.where(F.col("kind") == "frame").select("capture_id", "frame.*")
+    f = (
+        f.join(F.broadcast(date_df), "capture_id")
+        .withColumn("ts", F.timestamp_micros("ts_us"))
+        .withColumn(
+            "frame_id",
+            F.concat_ws("-", "connection_id", F.when(F.col("direction") == "to_server", "s").otherwise("c"), "stream_offset"),
+        )
+    )
+    return conform(f, FRAMES)
 
 
 def _errors_df(flows, date_df):

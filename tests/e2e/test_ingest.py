@@ -27,7 +27,7 @@ FIXTURES = sorted(
     + glob.glob(str(DATA / "capture" / "*.pcap*"))
     + glob.glob(str(SHARED_CAPTURES / "*.pcap*"))
 )
-TABLES = ("captures", "connections", "decode_errors")
+TABLES = ("captures", "connections", "frames", "decode_errors")
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def test_missing_bytes_equal_gap_rows(ingested):
 def test_second_run_changes_no_table(ingested, spark):
     c, store, _ = ingested
     before = {t: store.version(t) for t in TABLES}
-    rows_before = {t: sorted(map(tuple, store.read(t).drop("run_id").collect())) for t in ("connections", "decode_errors")}
+    rows_before = {t: sorted(map(tuple, store.read(t).drop("run_id").collect())) for t in ("connections", "frames", "decode_errors")}
     result = ingest_captures.run(spark, c, FIXTURES, run_id="second")
     assert result.captures == [] and len(result.skipped) > 0
     assert {t: store.version(t) for t in TABLES} == before
@@ -145,3 +145,87 @@ def test_tiny_splits_give_the_same_connections(spark, conf, tmp_path):
             {k: v for k, v in r.captures[0].items() if k not in ("splits", "run_id")},
         )
     assert results["4k"] == results["1g"]
+
+
+AMQP091 = [p for p in FIXTURES if "amqp091" in p or ("/broker/" in p and "amqp10" not in p)]
+TYPE_CODE = {"method": 1, "header": 2, "body": 3, "heartbeat": 8}
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("path", AMQP091, ids=lambda p: pathlib.Path(p).name)
+def test_frames_equal_tshark_frame_by_frame(ingested, path):
+    """Per connection and direction: (channel, frame type, class, method, delivery-tag), as tshark dissects them.
+
+    tshark 4.0 leaves the 0-9-1 protocol header undissected: that one is compared with the raw bytes.
+    """
+    from pyspark.sql import functions as F
+
+    from tests.v0_9_1 import tshark_oracle
+
+    _, store, _ = ingested
+    cid = ingest_captures.capture_files([path])[0].capture_id
+    theirs = tshark_oracle.frames(path)
+    client_port = {}
+    out = _tshark(path, "-T", "fields", "-e", "tcp.stream", "-e", "tcp.srcport", "-e", "tcp.dstport")
+    for line in out.splitlines():
+        stream, sport, dport = line.split("\t")
+        if int(dport) == 5672:
+            client_port[int(sport)] = int(stream)
+    frames = store.read("frames").where(F.col("capture_id") == cid).orderBy("connection_id", "direction", "stream_offset").collect()
+    conns = {r.connection_id: r for r in store.read("connections").where(F.col("capture_id") == cid).collect()}
+    ours: dict = {}
+    for f in frames:
+        if f.frame_type == "protocol_header":
+            assert f.stream_offset == 0 and f.size == 8 and f.direction == "to_server"
+            continue
+        key = (client_port[conns[f.connection_id].client_port], f.direction)
+        ours.setdefault(key, []).append(
+            (f.channel, TYPE_CODE[f.frame_type], f.class_id if f.frame_type == "method" else None, f.method_id, f.delivery_tag)
+        )
+    assert ours == theirs
+    assert sum(len(v) for v in ours.values()) > 0
+
+
+def test_byte_accounting_from_the_tables(ingested):
+    """Per decoded connection and direction: frame bytes + codec error bytes + gap bytes = TCP stream bytes."""
+    from pyspark.sql import functions as F
+
+    _, store, _ = ingested
+    frames = store.read("frames").groupBy("connection_id", "direction").agg(F.sum("size").alias("frames"))
+    errors = (
+        store.read("decode_errors").where(F.col("connection_id").isNotNull())
+        .groupBy("connection_id", "direction").agg(F.sum("length").alias("errors"))
+    )
+    covered = frames.join(errors, ["connection_id", "direction"], "full").fillna(0)
+    conns = store.read("connections").where(F.col("dialect").isNotNull() & ~F.col("tls"))
+    streams = conns.select("connection_id", F.lit("to_server").alias("direction"), F.col("bytes_to_server").alias("stream")).union(
+        conns.select("connection_id", F.lit("to_client").alias("direction"), F.col("bytes_to_client").alias("stream"))
+    )
+    rows = streams.join(covered, ["connection_id", "direction"], "left").fillna(0).collect()
+    assert len(rows) > 50
+    bad = [(r.connection_id, r.direction, r.stream, r.frames, r.errors) for r in rows if r.stream != r.frames + r.errors]
+    assert not bad
+    assert store.read("decode_errors").where(F.col("reason") == "byte_accounting_mismatch").count() == 0
+
+
+def test_connection_protocol_columns_from_the_broker_fixtures(ingested):
+    """Negotiated values and identities as the fixture tool configured them (tests/data/broker/README.md)."""
+    from pyspark.sql import functions as F
+
+    _, store, _ = ingested
+    conns = store.read("connections")
+    large = ingest_captures.capture_files([str(DATA / "broker" / "large_body.pcap")])[0].capture_id
+    rows = conns.where((F.col("capture_id") == large) & (F.col("dialect") == "0-9-1")).collect()
+    assert rows and all(r.frame_max == 4096 and r.user == "guest" and r.vhost == "/" for r in rows)
+    assert all(r.client_product == "Pika Python Client Library" and r.server_product == "RabbitMQ" for r in rows)
+    hb = ingest_captures.capture_files([str(DATA / "broker" / "heartbeat.pcap")])[0].capture_id
+    assert {r.heartbeat for r in conns.where(F.col("capture_id") == hb).collect()} == {2}
+    forced = ingest_captures.capture_files([str(DATA / "broker" / "connection_forced.pcap")])[0].capture_id
+    r = conns.where(F.col("capture_id") == forced).collect()
+    assert any(x.close_code == 320 and x.amqp_closed_by == "server" for x in r)
+    # The password never reaches a table (pika's fixtures log in as guest/guest).
+    start_ok = store.read("frames").where(F.col("method_name") == "start-ok").select("arguments_json").collect()
+    assert start_ok
+    for r in start_ok:
+        assert '"response":"<redacted len=12>"' in r.arguments_json  # len("\\0guest\\0guest") == 12
+        assert b"\x00guest\x00guest".hex() not in r.arguments_json and "\\u0000guest" not in r.arguments_json

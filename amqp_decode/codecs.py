@@ -1,0 +1,117 @@
+"""Which codec decodes a connection: chosen from its first bytes, then fed every byte.
+
+``DecodingConsumer`` is the ``StreamConsumer`` the TCP reassembler gets for
+each selected, non-TLS connection. It holds the first few bytes until the
+protocol header (or its absence) says which codec to use, then replays them
+into that codec, so the choice never loses or repeats a byte.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from amqp_decode import detect
+from amqp_decode.tcp.records import TO_SERVER, ConnectionRecord
+from amqp_decode.v0_9_1 import Amqp091StreamDecoder
+
+HEADER_LEN = 8
+FAMILY_0_9_1 = ("0-8", "0-9", "0-9-1")
+# the SASL and TLS layers of 1.0 are still dialect 1.0
+DIALECT_OF_HEADER = {"1.0-sasl": "1.0", "1.0-tls": "1.0"}
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeOptions:
+    field_table_letters: str = "rabbitmq"
+    max_error_bytes: int = 4096
+    body_prefix_bytes: int = 0
+
+
+def _v0_9_1(connection_id: str, dialect: str | None, o: DecodeOptions):
+    return Amqp091StreamDecoder(
+        connection_id, dialect=dialect if dialect in ("0-8", "0-9", "0-9-1") else None,
+        field_table_letters=o.field_table_letters, max_error_bytes=o.max_error_bytes, body_prefix_bytes=o.body_prefix_bytes,
+    )
+
+
+def _v1_0(connection_id: str, dialect: str | None, o: DecodeOptions):
+    try:
+        from amqp_decode.v1_0 import Amqp10StreamDecoder
+    except ImportError:  # the 1.0 codec is not installed: 0-9-1's decoder records the bytes as unsupported
+        return _v0_9_1(connection_id, None, o)
+    return Amqp10StreamDecoder(connection_id, max_error_bytes=o.max_error_bytes, body_prefix_bytes=o.body_prefix_bytes)
+
+
+# protocol header name (amqp_decode.detect) -> codec factory. Headers of
+# dialects without a codec yet go to the 0-9-1 family decoder, which records
+# them as an unsupported dialect (every byte accounted for).
+CODECS: dict[str, Callable] = {
+    "0-8": _v0_9_1,
+    "0-9": _v0_9_1,
+    "0-9-1": _v0_9_1,
+    "1.0": _v1_0,
+    "1.0-sasl": _v1_0,
+    "1.0-tls": _v1_0,
+}
+
+
+class DecodingConsumer:
+    def __init__(self, connection_id: str, options: DecodeOptions, on_close: Callable[["DecodingConsumer", ConnectionRecord], None]):
+        self.connection_id = connection_id
+        self.options = options
+        self.on_close = on_close
+        self.codec = None
+        self._held: list[tuple] = []  # ("data"|"gap", args) until the codec is chosen
+        self._head = b""
+        self.detected: str | None = None  # the protocol header's dialect, if the client sent one
+
+    def _choose(self, first: bytes | None) -> None:
+        name = detect.detect_protocol_header(first) if first else None
+        self.detected = name
+        factory = CODECS.get(name, _v0_9_1)
+        self.codec = factory(self.connection_id, name, self.options)
+        held, self._held = self._held, []
+        for kind, args in held:
+            getattr(self.codec, kind)(*args)
+
+    def data(self, direction: str, offset: int, ts_us: int, data: bytes) -> None:
+        if self.codec is None:
+            self._held.append(("data", (direction, offset, ts_us, data)))
+            if direction == TO_SERVER and offset == len(self._head):
+                self._head += data[: HEADER_LEN - len(self._head)]
+                prefix = self._head[:4]
+                if len(self._head) >= HEADER_LEN or b"AMQP"[: len(prefix)] != prefix:
+                    self._choose(self._head)
+            else:
+                # Mid-stream, or the server spoke first: no header to go by.
+                self._choose(self._head if self._head[:4] == b"AMQP" else None)
+            return
+        self.codec.data(direction, offset, ts_us, data)
+
+    def gap(self, direction: str, offset: int, length: int, ts_us: int) -> None:
+        if self.codec is None:
+            self._held.append(("gap", (direction, offset, length, ts_us)))
+            self._choose(self._head if self._head[:4] == b"AMQP" else None)
+            return
+        self.codec.gap(direction, offset, length, ts_us)
+
+    def close(self, connection: ConnectionRecord) -> None:
+        if self.codec is None:
+            self._choose(self._head if self._head[:4] == b"AMQP" else None)
+        self.codec.close(connection)
+        self.on_close(self, connection)
+
+    def drain_frames(self) -> list[dict]:
+        return self.codec.drain_frames() if self.codec is not None else []
+
+    def drain_errors(self) -> list[dict]:
+        return self.codec.drain_errors() if self.codec is not None else []
+
+    def connection_facts(self) -> dict:
+        facts = self.codec.connection_facts() if self.codec is not None else {}
+        if self.detected is not None and self.detected not in FAMILY_0_9_1:
+            facts["dialect"] = DIALECT_OF_HEADER.get(self.detected, self.detected)
+        elif not any(facts.get(f"frame_bytes_{d}") for d in ("to_server", "to_client")):
+            facts["dialect"] = None  # nothing decoded: the codec's default says nothing
+        return facts
