@@ -8,7 +8,6 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
-SHARED_CAPTURES = ROOT.parent / "shared" / "captures" / "public"
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 
 from jobs import ingest_captures
 from jobs.lake import TableStore
-from tests.conftest import DATA, SHARED_CAPTURES
+from tests.conftest import DATA
 from tests.oracles.tshark import _tshark, tshark_conversations
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
@@ -25,7 +25,6 @@ FIXTURES = sorted(
     + glob.glob(str(DATA / "broker" / "*.pcap"))
     + glob.glob(str(DATA / "demo" / "*.pcap"))
     + glob.glob(str(DATA / "capture" / "*.pcap*"))
-    + glob.glob(str(SHARED_CAPTURES / "*.pcap*"))
 )
 TABLES = ("captures", "connections", "frames", "decode_errors")
 
@@ -42,7 +41,7 @@ def test_every_fixture_is_one_ok_capture(ingested):
     _, store, result = ingested
     caps = {r.path: r for r in store.read("captures").collect()}
     distinct = {ingest_captures.capture_files([p])[0].capture_id for p in FIXTURES}
-    assert len(caps) == len(distinct)  # the shared copies of public captures are the same bytes
+    assert len(caps) == len(distinct)
     for row in caps.values():
         assert row.status == "ok", (row.path, row.error)
         assert row.packets_total >= row.packets_tcp >= row.packets_selected

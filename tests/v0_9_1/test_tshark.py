@@ -18,7 +18,7 @@ from . import tshark_oracle as oracle
 from .helpers import check_accounting
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PUBLIC = sorted((ROOT.parent / "shared" / "captures" / "public").glob("deepflow_amqp091_*.pcap"))
+PUBLIC = sorted((ROOT / "tests" / "data" / "public").glob("deepflow_amqp091_*.pcap"))
 # the real-broker fixtures of tools/make_fixtures.py; amqp10_* are AMQP 1.0, another codec's
 BROKER = sorted(
     p for ext in ("pcap", "pcapng") for p in (ROOT / "tests" / "data" / "broker").glob(f"*.{ext}") if not p.name.startswith("amqp10")
