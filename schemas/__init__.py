@@ -1,7 +1,16 @@
 """Table contracts: one definition per table (see schemas.base and schemas.tables)."""
 
 from schemas.base import Column, Table
-from schemas.tables import ALL_TABLES, CAPTURES, CONNECTIONS, DECODE_ERRORS, FRAMES
+from schemas.tables import (
+    ALL_TABLES,
+    CAPTURES,
+    CONNECTIONS,
+    DECODE_ERRORS,
+    DELIVERIES,
+    FLOW_EVENTS,
+    FRAMES,
+    REQUEST_RESPONSES,
+)
 
 
 def table(name: str) -> Table:
@@ -11,4 +20,5 @@ def table(name: str) -> Table:
         raise KeyError(f"no table named {name!r}; tables: {', '.join(sorted(ALL_TABLES))}") from None
 
 
-__all__ = ["ALL_TABLES", "CAPTURES", "CONNECTIONS", "DECODE_ERRORS", "FRAMES", "Column", "Table", "table"]
+__all__ = [
+    "ALL_TABLES", "CAPTURES", "CONNECTIONS", "DECODE_ERRORS", "DELIVERIES", "FLOW_EVENTS", "FRAMES", "REQUEST_RESPONSES", "Column", "Table", "table"]

@@ -48,6 +48,18 @@ PROTOCOL_COLUMNS = (
     C("codec_error_bytes_to_client", "int64", "stream bytes in codec decode_errors server -> client"),
     C("messages_to_server", "int64", "complete messages (method + header + body) client -> server"),
     C("messages_to_client", "int64", "complete messages server -> client"),
+    C("client_container_id", "string", "1.0: client open container-id"),
+    C("server_container_id", "string", "1.0: server open container-id"),
+    C("client_hostname", "string", "1.0: the hostname the client's open asks for (the virtual host)"),
+    C("client_idle_timeout_ms", "int64", "1.0: client open idle-time-out"),
+    C("server_idle_timeout_ms", "int64", "1.0: server open idle-time-out"),
+    C("client_offered_capabilities_json", "string", "1.0: client open offered-capabilities"),
+    C("server_offered_capabilities_json", "string", "1.0: server open offered-capabilities"),
+    C("client_desired_capabilities_json", "string", "1.0: client open desired-capabilities"),
+    C("server_desired_capabilities_json", "string", "1.0: server open desired-capabilities"),
+    C("sasl_outcome", "string", "1.0: sasl-outcome code name (ok, auth, sys, sys-perm, sys-temp)"),
+    C("close_condition", "string", "1.0: error condition of the first close"),
+    C("close_description", "string", "1.0: error description of the first close"),
 )
 
 # protocol column -> key of the codecs' connection facts, where they differ
@@ -55,6 +67,7 @@ PROTOCOL_FACT_KEYS = {
     "amqp_closed_by": "closed_by",
     "codec_error_bytes_to_server": "error_bytes_to_server",
     "codec_error_bytes_to_client": "error_bytes_to_client",
+    "sasl_outcome": "sasl_outcome_name",
 }
 
 CAPTURES = Table(
@@ -231,4 +244,105 @@ FRAMES = Table(
     ),
 )
 
-ALL_TABLES: dict[str, Table] = {t.name: t for t in (CAPTURES, CONNECTIONS, FRAMES, DECODE_ERRORS)}
+DELIVERIES = Table(
+    name="deliveries",
+    doc=(
+        "One row per message transfer: a 0-9-1 publish (to the broker) or deliver/get-ok (from the broker), "
+        "a 1.0 transfer (multi-frame transfers are one row), with how and when it was settled. Built from frames only."
+    ),
+    key=("delivery_id",),
+    columns=(
+        C("delivery_id", "string", "connection_id, direction, channel/session and the tag or id joined by '-'", False),
+        C("connection_id", "string", "the connection", False),
+        CAPTURE_ID,
+        CAPTURE_DATE,
+        C("dialect", "string", "0-8 | 0-9 | 0-9-1 | 1.0 | 0-10", False),
+        C("direction", "string", "to_broker (publish, sender link) | from_broker (deliver, get-ok, receiver link)", False),
+        C("channel", "int32", "0-9-1 channel; 1.0 channel of the session", False),
+        C("consumer_tag", "string", "0-9-1: consumer of a basic.deliver (null for get-ok and publishes)"),
+        C("link_handle", "int64", "1.0: handle of the link on the sending side"),
+        C("link_name", "string", "1.0: link name from attach"),
+        C("delivery_tag", "int64", "0-9-1: delivery tag (publishes: the publish sequence number after confirm.select)"),
+        C("transfer_id", "int64", "1.0: delivery-id"),
+        C("delivery_tag_bin", "binary", "1.0: delivery-tag"),
+        C("method", "string", "publish | deliver | get-ok | transfer", False),
+        C("exchange", "string", "0-9-1 exchange"),
+        C("routing_key", "string", "0-9-1 routing key"),
+        C("queue", "string", "queue (basic.get) or 1.0 link address"),
+        C("message_id", "string", "message-id property"),
+        C("correlation_id", "string", "correlation-id property"),
+        C("content_type", "string", "content-type property"),
+        C("delivery_mode", "int32", "0-9-1 delivery-mode (2 = persistent); 1.0 header durable as 2/1"),
+        C("priority", "int32", "priority property"),
+        C("properties_json", "string", "all message properties as JSON"),
+        C("body_size", "int64", "body bytes"),
+        C("body_sha256", "string", "sha256 of the body"),
+        C("redelivered", "bool", "0-9-1 redelivered flag"),
+        C("settle_mode", "string", "auto_ack | manual_ack | confirm | no_confirm | tx (0-9-1); settled | unsettled | mixed, first | second (1.0)"),
+        C("sent_ts", "timestamp", "time of the first frame", False),
+        C("settled_ts", "timestamp", "time of the frame that settled it (null when never settled)"),
+        C("settle_latency_us", "int64", "settled_ts - sent_ts"),
+        C("outcome", "string", "confirmed, nacked_by_broker, returned, unconfirmed_at_close, acked, nacked_requeue, nacked_drop, rejected_requeue, rejected_drop, auto_ack, requeued_on_close, open_at_capture_end; 1.0: accepted, rejected, released, modified, received, presettled, unsettled_at_close", False),
+        C("settled_by_frame_id", "string", "the frame that settled it"),
+        C("frame_ids", "array<string>", "every frame of the message (method/transfer, header, bodies)", False),
+        C("flags", "array<string>", "anomalies: ack_of_unknown_tag, duplicate_tag, ..."),
+    ),
+)
+
+FLOW_EVENTS = Table(
+    name="flow_events",
+    doc="A time series of flow-control state per channel, consumer, link and session, one row per change.",
+    key=("event_id",),
+    columns=(
+        C("event_id", "string", "frame_id of the frame that caused the change and the entity, joined by '-'", False),
+        C("connection_id", "string", "the connection", False),
+        CAPTURE_ID,
+        CAPTURE_DATE,
+        C("ts", "timestamp", "time of the frame", False),
+        C("frame_id", "string", "the frame that caused the change", False),
+        C("entity", "string", "connection | channel | consumer | link | session", False),
+        C("channel", "int32", "channel (0-9-1) or session channel (1.0)"),
+        C("consumer_tag", "string", "0-9-1 consumer"),
+        C("link_handle", "int64", "1.0 link handle (receiver side numbering)"),
+        C("event", "string", "qos | deliver | settle | flow | blocked | unblocked | credit | transfer | window | close", False),
+        C("prefetch_count", "int64", "0-9-1 prefetch in force (0 = unlimited)"),
+        C("in_flight", "int64", "0-9-1 delivered but unsettled on the channel/consumer"),
+        C("at_limit", "bool", "in_flight >= prefetch_count > 0, or 1.0 link credit = 0"),
+        C("flow_active", "bool", "0-9-1 channel.flow state"),
+        C("blocked", "bool", "0-9-1 connection.blocked state"),
+        C("reason", "string", "connection.blocked reason"),
+        C("link_credit", "int64", "1.0 credit in hand"),
+        C("delivery_count", "int64", "1.0 delivery-count"),
+        C("drain", "bool", "1.0 drain"),
+        C("incoming_window", "int64", "1.0 session incoming window"),
+        C("outgoing_window", "int64", "1.0 session outgoing window"),
+        C("remote_incoming_window", "int64", "1.0 the peer's incoming window as the sender computes it"),
+    ),
+)
+
+REQUEST_RESPONSES = Table(
+    name="request_responses",
+    doc="Synchronous method pairs per channel (0-9-1) or per session/link (1.0), matched in order, with latency.",
+    key=("request_frame_id",),
+    columns=(
+        C("request_frame_id", "string", "the request frame", False),
+        C("response_frame_id", "string", "the response frame (null when none came)"),
+        C("connection_id", "string", "the connection", False),
+        CAPTURE_ID,
+        CAPTURE_DATE,
+        C("dialect", "string", "dialect", False),
+        C("channel", "int32", "channel", False),
+        C("request", "string", "class.method or performative", False),
+        C("response", "string", "class.method or performative of the answer (or the error close)"),
+        C("request_ts", "timestamp", "request time", False),
+        C("response_ts", "timestamp", "response time"),
+        C("latency_us", "int64", "response_ts - request_ts"),
+        C("reply_code", "int32", "reply code when the answer was a channel/connection close"),
+        C("error_condition", "string", "1.0 error condition of the answer"),
+        C("status", "string", "ok | error | unanswered", False),
+    ),
+)
+
+ALL_TABLES: dict[str, Table] = {
+    t.name: t for t in (CAPTURES, CONNECTIONS, FRAMES, DECODE_ERRORS, DELIVERIES, FLOW_EVENTS, REQUEST_RESPONSES)
+}

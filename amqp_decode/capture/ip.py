@@ -102,7 +102,7 @@ def walk_extension_headers(buf, next_header: int, off: int, end: int):
                 return None
             return -1, off + 8, _FRAG6.unpack_from(buf, off)
         else:
-            return (next_header if off <= end else -1), off, None
+            return (next_header, off, None) if off <= end else None
     return None
 
 

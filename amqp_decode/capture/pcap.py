@@ -71,7 +71,9 @@ class PcapFile:
     def framed(self, sec: int, frac: int, caplen: int, origlen: int) -> bool:
         """The header can frame a record. No frame on a wire has length 0, and a run
         of zero bytes would otherwise frame endlessly."""
-        return frac < self.frac_limit and caplen <= self.max_caplen and 0 < origlen <= MAX_RECORD_LEN and caplen <= origlen
+        if frac >= self.frac_limit or caplen > self.max_caplen:
+            return False
+        return 0 < origlen <= MAX_RECORD_LEN and caplen <= origlen
 
     def timely(self, sec: int) -> bool:
         return self.ts_lo is None or self.ts_lo <= sec <= self.ts_hi
@@ -146,20 +148,31 @@ def iter_records(pf: PcapFile, walk: SplitWalk, errors: ErrorLog):
     framed, believable, resync = pf.framed, pf.believable, pf.resync
     div = 1000 if pf.nanos else 1
     linktype = pf.linktype
+    ts_lo, ts_hi = (pf.ts_lo, pf.ts_hi) if pf.ts_lo is not None else (0, 1 << 32)
     pos = walk.first(FILE_HEADER_LEN)
     previous = None
-    while pos < size and not walk.reached(pos):
+    while pos < size:
         whole_header = pos + RECORD_HEADER_LEN <= size
+        good = False
         if whole_header:
             sec, frac, caplen, origlen = record(buf, pos)
             data = pos + RECORD_HEADER_LEN
-            if framed(sec, frac, caplen, origlen) and data + caplen <= size and believable(pos, sec, caplen):
-                yield pos, linktype, sec * 1_000_000 + frac // div, data, caplen, origlen
-                previous, pos = pos, data + caplen
-                continue
+            good = (
+                framed(sec, frac, caplen, origlen)
+                and data + caplen <= size
+                and (ts_lo <= sec <= ts_hi or believable(pos, sec, caplen))
+            )
+        # Past the next split's first record the walk stops, unless it overshot it
+        # through a wrong length: then the bad header leads back to it, as in one pass.
+        if walk.reached(pos) and (good or pos == walk.stop):
+            break
+        if good:
+            yield pos, linktype, sec * 1_000_000 + frac // div, data, caplen, origlen
+            previous, pos = pos, data + caplen
+            continue
         nxt = resync(pos + 1 if previous is None else previous + 1)
         if nxt == size and (not whole_header or framed(sec, frac, caplen, origlen)):
-            detail = "record runs past the end of the file" if whole_header else "record header cut short by the end of file"
+            detail = "record runs past the end of the file" if whole_header else "record header cut short by EOF"
             errors.add(pos, size - pos, "truncated_record", detail)
             walk.finished_at = size
             return

@@ -30,6 +30,10 @@ MIN_BLOCK_LEN = {
 MAX_BLOCK_LEN = 32 << 20
 # Consecutive plausible blocks needed to trust a resync point.
 CHAIN = 3
+# No capture has this many interfaces. The bound matters: blocks of one byte
+# order with small fields also chain, 3 bytes on, when read in the other order,
+# but then the interface id is made of timestamp bytes and is huge.
+MAX_INTERFACES = 1 << 16
 PACKET_BLOCKS = frozenset((EPB, SPB, PB))
 NO_LINKTYPE = -1  # a packet on an interface no IDB defined
 
@@ -108,6 +112,8 @@ class PcapngFile:
         if struct.unpack_from(endian + "I", buf, pos + blen - 4)[0] != blen:
             return 0, endian
         if btype in (EPB, PB) and struct.unpack_from(endian + "I", buf, pos + 20)[0] > blen - 32:
+            return 0, endian
+        if btype in (EPB, ISB) and struct.unpack_from(endian + "I", buf, pos + 8)[0] >= MAX_INTERFACES:
             return 0, endian
         return blen, endian
 
@@ -226,7 +232,13 @@ def iter_records(ng: PcapngFile, walk: SplitWalk, errors: ErrorLog):
         else:
             btype, blen = section.header.unpack_from(buf, pos)
         if not ng.framed_len(pos, section):
-            pos = _bad_block(ng, pos, blen, errors)
+            nxt = _bad_block(ng, pos, blen, errors)
+            if nxt < size and buf.find(SHB_MAGIC, pos + 1, nxt) >= 0:
+                # The skip crossed a section header: take up the section as a split starting there would.
+                section = ng.find_section(nxt)
+                ng.learn_interfaces(section, nxt, all_blocks=False)
+                unknown.clear()
+            pos = nxt
             continue
         if blen < MIN_BLOCK_LEN.get(btype, 12):
             errors.add(pos, blen, "bad_block_length", f"block type {btype:#x} cannot be {blen} bytes long")

@@ -260,3 +260,34 @@ def test_pcap_whose_first_record_has_a_bogus_clock(tmp_path):
     assert result.errors == [] and len(rows) == len(_tcp_offsets(PCAP_OFFSETS))
     for size in SPLIT_SIZES:  # no later split can trust a chain, so the first one reads on
         assert_splits_equal_single_pass(path, size)
+
+
+def test_pcap_bytes_lost_inside_a_record(tmp_path):
+    """A record shorter than its header says: the walk backs up and finds the next true record."""
+    bad = 17
+    cut_at = PCAP_OFFSETS[bad + 1] - 6  # inside the record's TCP payload
+    path = write(tmp_path, "x.pcap", PCAP[:cut_at] + PCAP[cut_at + 3 :])
+    rows, result = read_all(path)
+    assert [(e.length, e.reason) for e in result.errors] == [(0, "bad_record_header")]
+    assert "earlier" in result.errors[0].detail
+    shifted = [o if i <= bad else o - 3 for i, o in enumerate(PCAP_OFFSETS)]
+    assert _record_offsets(rows) == _tcp_offsets(shifted)
+    for size in SPLIT_SIZES:
+        assert_splits_equal_single_pass(path, size)
+
+
+def test_pcapng_skip_across_a_section_header(tmp_path):
+    """A resync that jumps over an SHB takes up that section (byte order, interfaces)."""
+    second = [shb(">"), idb(">", 1)] + [epb(">", 0, s * 1_000_000 + f, d, o) for s, f, d, o in FRAMES]
+    data = bytearray(PCAPNG + b"".join(second))
+    struct.pack_into("<I", data, NG_OFFSETS[-1] + 4, 1000)  # last block of section 1: bad length
+    first_be = len(PCAPNG) + len(second[0]) + len(second[1])
+    struct.pack_into(">I", data, first_be + len(second[2]) - 4, 1)  # first EPB of section 2: bad trailer
+    path = write(tmp_path, "x.pcapng", bytes(data))
+    rows, result = read_all(path)
+    assert [e.reason for e in result.errors] == ["bad_block_length"]
+    tcp = len(_tcp_offsets(NG_OFFSETS))
+    assert tcp * 2 - 2 <= len(rows) <= tcp * 2  # all but the two damaged blocks (if they were TCP)
+    assert result.stats.unknown_link_packets == 0
+    for size in SPLIT_SIZES:
+        assert_splits_equal_single_pass(path, size)

@@ -228,3 +228,29 @@ def test_connection_protocol_columns_from_the_broker_fixtures(ingested):
     for r in start_ok:
         assert '"response":"<redacted len=12>"' in r.arguments_json  # len("\\0guest\\0guest") == 12
         assert b"\x00guest\x00guest".hex() not in r.arguments_json and "\\u0000guest" not in r.arguments_json
+
+
+@pytest.mark.tshark
+def test_amqp10_connection_through_the_pipeline(ingested):
+    """RabbitMQ 3.10 + python-qpid-proton: identities from the open/sasl frames, performatives as tshark counts them."""
+    from pyspark.sql import functions as F
+
+    _, store, _ = ingested
+    path = str(DATA / "broker" / "amqp10_proton.pcap")
+    cid = ingest_captures.capture_files([path])[0].capture_id
+    conns = store.read("connections").where(F.col("capture_id") == cid).collect()
+    assert [c.dialect for c in conns] == ["1.0"]
+    c = conns[0]
+    assert (c.sasl_mechanism, c.user, c.sasl_outcome) == ("PLAIN", "guest", "ok")
+    assert c.client_container_id and c.server_container_id and c.server_product == "RabbitMQ"
+    ours = (
+        store.read("frames").where((F.col("capture_id") == cid) & (F.col("frame_type") == "amqp"))
+        .groupBy("descriptor").count().collect()
+    )
+    codes = _tshark(path, "-o", "tcp.reassemble_out_of_order:TRUE", "-Y", "amqp", "-T", "fields",
+                    "-e", "amqp.performative", "-E", "occurrence=a")
+    theirs: dict[int, int] = {}
+    for line in codes.split():
+        for code in line.split(","):
+            theirs[int(code, 0)] = theirs.get(int(code, 0), 0) + 1
+    assert {r.descriptor: r["count"] for r in ours} == theirs
