@@ -9,6 +9,7 @@ into that codec, so the choice never loses or repeats a byte.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from collections.abc import Callable
 
 from amqp_decode import detect
@@ -56,6 +57,37 @@ CODECS: dict[str, Callable] = {
 }
 
 
+_U32 = struct.Struct(">I")
+SNIFF_WINDOW = 4096  # bytes searched for a frame boundary when a capture starts mid-stream
+
+
+def _v1_0_frame_at(buf: bytes, i: int) -> int:
+    """Length of a plausible 1.0 frame at i (0 if none): size >= 8, doff >= 2, type AMQP or SASL."""
+    if i + 8 > len(buf):
+        return 0
+    size = _U32.unpack_from(buf, i)[0]
+    return size if 8 <= size <= (1 << 20) and buf[i + 4] >= 2 and buf[i + 5] in (0, 1) and size >= 4 * buf[i + 4] else 0
+
+
+def _v0_9_1_frame_at(buf: bytes, i: int) -> int:
+    """Length of a plausible 0-9-1 family frame at i (0 if none): known type and the 0xCE frame-end."""
+    if i + 7 > len(buf) or buf[i] not in (1, 2, 3, 8):
+        return 0
+    size = _U32.unpack_from(buf, i + 3)[0]
+    end = i + 7 + size
+    return size + 8 if end < len(buf) and buf[end] == 0xCE else 0
+
+
+def sniff_framing(buf: bytes) -> str | None:
+    """The dialect whose framing parses at the earliest offset, two frames in a row where the bytes allow."""
+    for i in range(min(len(buf), SNIFF_WINDOW)):
+        for name, frame_at in (("0-9-1", _v0_9_1_frame_at), ("1.0", _v1_0_frame_at)):
+            n = frame_at(buf, i)
+            if n and (i + n >= len(buf) or frame_at(buf, i + n)):
+                return name
+    return None
+
+
 class DecodingConsumer:
     def __init__(self, connection_id: str, options: DecodeOptions, on_close: Callable[["DecodingConsumer", ConnectionRecord], None]):
         self.connection_id = connection_id
@@ -68,6 +100,8 @@ class DecodingConsumer:
 
     def _choose(self, first: bytes | None) -> None:
         name = detect.detect_protocol_header(first) if first else None
+        if name is None:
+            name = sniff_framing(next((a[3] for k, a in self._held if k == "data"), b""))
         self.detected = name
         factory = CODECS.get(name, _v0_9_1)
         self.codec = factory(self.connection_id, name, self.options)
@@ -91,8 +125,9 @@ class DecodingConsumer:
 
     def gap(self, direction: str, offset: int, length: int, ts_us: int) -> None:
         if self.codec is None:
+            # Wait for the bytes after the gap: their framing tells the dialect.
             self._held.append(("gap", (direction, offset, length, ts_us)))
-            self._choose(self._head if self._head[:4] == b"AMQP" else None)
+            self._head = b"-"  # no protocol header can follow a gap at offset 0
             return
         self.codec.gap(direction, offset, length, ts_us)
 
