@@ -152,6 +152,7 @@ class TreeSampler:
         self.peak = {"jvm": 0, "driver": 0, "workers_sum": 0, "worker_max": 0, "workers_count": 0,
                      "tree_sum": 0, "other": 0}
         self.samples = 0
+        self.seen: dict[int, Any] = {}  # every process of the tree sampled, to wait for stragglers
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -189,6 +190,7 @@ class TreeSampler:
             return
         jvm = driver = wsum = wmax = wcount = total = other = 0
         for p in procs:
+            self.seen.setdefault(p.pid, p)
             try:
                 rss = p.memory_info().rss
             except (ps.NoSuchProcess, ps.AccessDenied):
@@ -211,6 +213,12 @@ class TreeSampler:
             if v > pk[key]:
                 pk[key] = v
         self.samples += 1
+
+    def wait_tree(self, timeout: float = 60.0) -> None:
+        """Wait for the processes the root left behind (the JVM finishes its shutdown after the driver)."""
+        alive = [p for pid, p in self.seen.items() if pid != self.root.pid]
+        with contextlib.suppress(Exception):
+            self.psutil.wait_procs(alive, timeout=timeout)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -285,13 +293,15 @@ def run_pipeline(exe: str, path: Path, lakes: Path, logs: Path, tag: str, master
         if _have_psutil():
             with TreeSampler(p.pid) as sampler:
                 rc = p.wait()
+            wall = time.perf_counter() - t0  # the command has returned; its JVM may still be exiting
+            sampler.wait_tree()
             peak = dict(sampler.peak)
             samples = sampler.samples
         else:
             rc = p.wait()
+            wall = time.perf_counter() - t0
             peak = {"tree_sum": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
             samples = 0
-        wall = time.perf_counter() - t0
     text = log_file.read_text(errors="replace")
     m = _JOB_TIME.search(text)
     res = {"wall_s": wall, "rc": rc, "job_s": float(m.group(1)) if m else None, "peak_rss": peak,
@@ -305,6 +315,20 @@ def run_pipeline(exe: str, path: Path, lakes: Path, logs: Path, tag: str, master
         except Exception as exc:  # noqa: BLE001
             res["spark"] = {"error": f"{type(exc).__name__}: {exc}"}
     return res
+
+
+_INSERT = re.compile(r"Execute InsertIntoHadoopFsRelationCommand\s*\nInput: [^\n]*\nArguments: ([^,\s]+)")
+
+
+def _sql_label(ev: dict) -> str:
+    """A SQL execution in words: ``write <table>`` for a Parquet write into the lake, else its call site."""
+    m = _INSERT.search(ev.get("physicalPlanDescription") or "")
+    if m:
+        parts = m.group(1).split("/")
+        if "_staging" in parts and parts.index("_staging") > 0:
+            return "write " + parts[parts.index("_staging") - 1]
+        return "write " + parts[-1]
+    return (ev.get("description") or "?").replace(str(ROOT) + "/", "")
 
 
 def _lines(files: list[Path]):
@@ -327,46 +351,54 @@ def summarize_event_log(ev_dir: Path) -> dict | None:
     app_start = app_end = None
     stages = []
     jobs: dict[int, dict] = {}
+    sql: dict[str, str] = {}  # SQL execution id -> what it does ("write frames", "collect at ...")
+    stage_sql: dict[int, str | None] = {}
     for line in _lines(files):
-        if True:
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            kind = ev.get("Event")
-            if kind == "SparkListenerApplicationStart":
-                app_start = ev.get("Timestamp")
-            elif kind == "SparkListenerApplicationEnd":
-                app_end = ev.get("Timestamp")
-            elif kind == "SparkListenerJobStart":
-                jobs[ev["Job ID"]] = {"start": ev.get("Submission Time"), "stages": ev.get("Stage IDs", [])}
-            elif kind == "SparkListenerJobEnd" and ev.get("Job ID") in jobs:
-                jobs[ev["Job ID"]]["end"] = ev.get("Completion Time")
-            elif kind == "SparkListenerStageCompleted":
-                si = ev["Stage Info"]
-                acc = {a.get("Name"): a.get("Value") for a in si.get("Accumulables", [])}
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        kind = ev.get("Event")
+        if kind == "SparkListenerApplicationStart":
+            app_start = ev.get("Timestamp")
+        elif kind == "SparkListenerApplicationEnd":
+            app_end = ev.get("Timestamp")
+        elif kind == "SparkListenerJobStart":
+            jobs[ev["Job ID"]] = {"start": ev.get("Submission Time"), "stages": ev.get("Stage IDs", [])}
+            exec_id = (ev.get("Properties") or {}).get("spark.sql.execution.id")
+            for sid in ev.get("Stage IDs", []):
+                stage_sql.setdefault(sid, exec_id)
+        elif kind.endswith("SparkListenerSQLExecutionStart"):
+            sql[str(ev.get("executionId"))] = _sql_label(ev)
+        elif kind == "SparkListenerJobEnd" and ev.get("Job ID") in jobs:
+            jobs[ev["Job ID"]]["end"] = ev.get("Completion Time")
+        elif kind == "SparkListenerStageCompleted":
+            si = ev["Stage Info"]
+            acc = {a.get("Name"): a.get("Value") for a in si.get("Accumulables", [])}
 
-                def num(name, scale=1.0):
-                    v = acc.get(name)
-                    try:
-                        return round(float(v) / scale, 3)
-                    except (TypeError, ValueError):
-                        return 0
+            def num(name, scale=1.0):
+                v = acc.get(name)
+                try:
+                    return round(float(v) / scale, 3)
+                except (TypeError, ValueError):
+                    return 0
 
-                sub, comp = si.get("Submission Time"), si.get("Completion Time")
-                stages.append({
-                    "stage": si.get("Stage ID"), "name": si.get("Stage Name"), "tasks": si.get("Number of Tasks"),
-                    "wall_s": round((comp - sub) / 1000, 3) if sub and comp else None,
-                    "task_run_s": num("internal.metrics.executorRunTime", 1000),
-                    "task_cpu_s": num("internal.metrics.executorCpuTime", 1e9),
-                    "gc_s": num("internal.metrics.jvmGCTime", 1000),
-                    "shuffle_write_mb": num("internal.metrics.shuffle.write.bytesWritten", MB),
-                    "shuffle_read_mb": num("internal.metrics.shuffle.read.localBytesRead", MB)
-                    + num("internal.metrics.shuffle.read.remoteBytesRead", MB),
-                    "output_mb": num("internal.metrics.output.bytesWritten", MB),
-                    "spill_disk_mb": num("internal.metrics.diskBytesSpilled", MB),
-                    "failure": si.get("Failure Reason"),
-                })
+            sub, comp = si.get("Submission Time"), si.get("Completion Time")
+            stages.append({
+                "stage": si.get("Stage ID"), "name": si.get("Stage Name"), "tasks": si.get("Number of Tasks"),
+                "wall_s": round((comp - sub) / 1000, 3) if sub and comp else None,
+                "task_run_s": num("internal.metrics.executorRunTime", 1000),
+                "task_cpu_s": num("internal.metrics.executorCpuTime", 1e9),
+                "gc_s": num("internal.metrics.jvmGCTime", 1000),
+                "shuffle_write_mb": num("internal.metrics.shuffle.write.bytesWritten", MB),
+                "shuffle_read_mb": num("internal.metrics.shuffle.read.localBytesRead", MB)
+                + num("internal.metrics.shuffle.read.remoteBytesRead", MB),
+                "output_mb": num("internal.metrics.output.bytesWritten", MB),
+                "spill_disk_mb": num("internal.metrics.diskBytesSpilled", MB),
+                "failure": si.get("Failure Reason"),
+            })
+    for st in stages:
+        st["action"] = sql.get(str(stage_sql.get(st["stage"])))
     in_jobs = 0.0
     for j in jobs.values():
         if j.get("start") and j.get("end"):
@@ -434,10 +466,38 @@ def check_lake(lake: Path, truth: dict | None, tshark_frames: dict | None) -> di
                 out["connections_mismatches"] = bad[:10] + ([f"... {len(bad) - 10} more"] if len(bad) > 10 else [])
     if frames is not None:
         out["frames_rows"] = frames.num_rows
+        names = frames.column_names
+        by_type: dict[str, int] = {}
+        if "frame_type" in names:
+            for r in frames.group_by("frame_type").aggregate([("frame_type", "count")]).to_pylist():
+                by_type[r["frame_type"]] = r["frame_type_count"]
+            out["frames_by_type"] = by_type
+        # AMQP frames as tshark counts them: no row for the protocol header
+        n = frames.num_rows - by_type.get("protocol_header", 0)
         expect = truth["frames_total"] if truth else (sum(tshark_frames.values()) if tshark_frames else None)
         if expect is not None:
             out["frames_expected"] = expect
-            out["frames_ok"] = frames.num_rows == expect
+            out["frames_ok"] = n == expect
+        if truth and by_type:
+            want = {k: v for k, v in truth["frames_by_type"].items() if v}
+            got = {k: v for k, v in by_type.items() if k in want or v}
+            out["frames_by_type_ok"] = got == want or {k: v for k, v in got.items() if k != "protocol_header"} == {
+                k: v for k, v in want.items() if k != "protocol_header"}
+        if truth and {"class_id", "method_id"} <= set(names):
+            import pyarrow.compute as pc
+
+            if "frame_type" in names:
+                m = frames.filter(pc.equal(frames.column("frame_type"), "method"))
+            else:
+                m = frames.filter(pc.is_valid(frames.column("method_id")))
+            got_m = {(r["class_id"], r["method_id"]): r["class_id_count"]
+                     for r in m.group_by(["class_id", "method_id"]).aggregate([("class_id", "count")]).to_pylist()}
+            want_m = {(x["class_id"], x["method_id"]): x["count"] for x in truth["methods"]}
+            out["methods_ok"] = got_m == want_m
+            if got_m != want_m:
+                diff = sorted(k for k in set(got_m) | set(want_m) if got_m.get(k) != want_m.get(k))
+                out["methods_mismatches"] = [f"{c}.{mm}: got {got_m.get((c, mm))} expected {want_m.get((c, mm))}"
+                                             for c, mm in diff[:10]]
     else:
         out["frames_rows"] = None  # no frames table yet (the 0-9-1 codec stage has not landed)
     return out
@@ -494,42 +554,26 @@ def profile_python(path: Path, truth: dict | None, limit_bytes: int | None = Non
     del idx
     sorted_batches = table.to_batches(max_chunksize=8192)
 
-    # 4. TCP reassembly (Arrow -> lists, then the reassembler's loop)
+    # 4. TCP reassembly alone (no decoding consumer), fed as the stage-2 function feeds it
     from amqp_decode.tcp import TcpReassembler
 
-    try:
-        from amqp_decode.tcp.columns import REASSEMBLY_COLUMNS, column_lists
-    except ImportError:
-        REASSEMBLY_COLUMNS = column_lists = None
     r = TcpReassembler(cid, amqp_ports=(5672,))
     t_lists = t_tcp = 0.0
-    prof = None
-    if cprofile:
-        import cProfile
-
-        prof = cProfile.Profile()
     for b in sorted_batches:
-        if column_lists is not None:
-            t = time.perf_counter()
-            lists = dict(zip(REASSEMBLY_COLUMNS, column_lists(b)))
-            t_lists += time.perf_counter() - t
-        else:
-            lists = b
         t = time.perf_counter()
-        if prof:
-            prof.enable()
-        r.feed_columns(lists)
-        if prof:
-            prof.disable()
+        cols = b.to_pydict()  # what decode_flows hands the reassembler
+        t_lists += time.perf_counter() - t
+        t = time.perf_counter()
+        r.feed_columns(cols)
         t_tcp += time.perf_counter() - t
+        del cols
     t = time.perf_counter()
     r.finish()
     conns = r.drain_connections()
     gaps = r.drain_gaps()
     t_tcp += time.perf_counter() - t
-    if column_lists is not None:
-        stages["Arrow -> lists (column_lists)"] = t_lists
-    stages["TCP reassembly (TcpReassembler)"] = t_tcp
+    stages["Arrow -> Python lists (to_pydict)"] = t_lists
+    stages["TCP reassembly alone (TcpReassembler)"] = t_tcp
     info["connections"] = len(conns)
     info["gaps"] = len(gaps)
     if truth and not limit_bytes:
@@ -538,42 +582,63 @@ def profile_python(path: Path, truth: dict | None, limit_bytes: int | None = Non
                 for c in truth["connections"]}
         got = {(c.client_ip, c.client_port): (c.bytes_to_server, c.bytes_to_client) for c in conns}
         info["reassembly_matches_truth"] = got == want
-    if prof:
-        import io
-        import pstats
-
-        s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(12)
-        info["tcp_cprofile_top"] = s.getvalue()
     del conns, gaps, r
     gc.collect()
 
-    # 5. the whole stage-2 batch function the Spark job calls (reassembly, and decoding once it lands)
+    # 5. the whole stage-2 batch function the Spark job calls (reassembly + codecs + output batches),
+    #    with the job's own options (frame/facts structs from schemas/)
     try:
         from amqp_decode import pipeline as pl
     except ImportError:
         pl = None
     if pl is not None and hasattr(pl, "decode_flows") and hasattr(pl, "PACKETS_OUT_SCHEMA"):
+        try:
+            from jobs.config import load_config
+            from jobs.ingest_captures import options_from
+
+            options = options_from(load_config())
+        except Exception as exc:  # noqa: BLE001 - fall back to the defaults
+            info["options_note"] = f"job options unavailable ({type(exc).__name__}: {exc}); pipeline defaults used"
+            options = pl.Options()
         n = table.num_rows
         full = table.append_column("kind", pa.array(["packet"] * n, pa.string())).append_column(
             "meta", pa.nulls(n, pa.string()))
         full = full.cast(pl.PACKETS_OUT_SCHEMA)
         in_batches = full.to_batches(max_chunksize=8192)
-        t = time.perf_counter()
-        rows = 0
+        prof = None
+        if cprofile:
+            import cProfile
+
+            prof = cProfile.Profile()
         kinds: dict[str, int] = {}
+        t = time.perf_counter()
         try:
-            for ob in pl.decode_flows(iter(in_batches)):
-                rows += ob.num_rows
-                k = ob.column(0)[0].as_py() if ob.num_rows else None
-                kinds[k] = kinds.get(k, 0) + ob.num_rows
-            stages["stage 2 total (pipeline.decode_flows)"] = time.perf_counter() - t
+            if prof:
+                prof.enable()
+            for ob in pl.decode_flows(iter(in_batches), options):
+                if ob.num_rows:
+                    k = ob.column(0)[0].as_py()
+                    kinds[k] = kinds.get(k, 0) + ob.num_rows
+            if prof:
+                prof.disable()
+            total = time.perf_counter() - t
+            stages["stage 2 total (pipeline.decode_flows)"] = total
+            stages["AMQP decode + output batches (the rest of stage 2)"] = max(0.0, total - t_lists - t_tcp)
             info["decode_flows_rows"] = kinds
+            if truth and "frame" in kinds:
+                info["frame_rows"] = kinds["frame"]
         except Exception as exc:  # noqa: BLE001
             info["decode_flows_error"] = f"{type(exc).__name__}: {exc}"
+        if prof:
+            import io
+            import pstats
+
+            buf = io.StringIO()
+            pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(15)
+            info["stage2_cprofile_top"] = buf.getvalue()
         del full, in_batches
     info["peak_rss_self"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    # the slowest of the disjoint stages (stage 2 total overlaps Arrow -> lists + TCP)
+    # the slowest of the disjoint stages ("stage 2 total" is the sum of the last three)
     disjoint = {k: v for k, v in stages.items() if not k.startswith("stage 2 total")}
     slowest = max(disjoint, key=disjoint.get)
     return {"stages_s": {k: round(v, 3) for k, v in stages.items()}, "slowest": slowest,
@@ -719,9 +784,16 @@ def print_report(res: dict) -> None:
         sp = run["spark"]
         print(f"   Spark (median run): app {sp['app_s'] or 0:.1f} s, {sp['jobs']} jobs {sp['jobs_s']:.1f} s, "
               f"outside jobs (session, planning, driver-side commits) {sp['outside_jobs_s'] or 0:.1f} s; stages:")
+        # the packet shuffle: its map side writes the most, its reduce side reads the most
+        big_w = max(sp["stages"], key=lambda x: x["shuffle_write_mb"])
+        big_r = max(sp["stages"], key=lambda x: x["shuffle_read_mb"])
         for st in sorted(sp["stages"], key=lambda x: -(x["wall_s"] or 0))[:8]:
-            name = (st["name"] or "?").replace(str(ROOT) + "/", "")
-            print(f"     stage {st['stage']:>3} {name[:52]:<52} {st['wall_s'] or 0:7.2f} s  {st['tasks']:>3} tasks  "
+            name = st.get("action") or (st["name"] or "?").replace(str(ROOT) + "/", "")
+            if st is big_w and st["shuffle_write_mb"] > 1:
+                name = "read splits -> shuffle (" + name + ")"
+            elif st is big_r and st["shuffle_read_mb"] > 1:
+                name = "shuffle -> sort -> decode_flows (" + name + ")"
+            print(f"     stage {st['stage']:>3} {name[:64]:<64} {st['wall_s'] or 0:7.2f} s  {st['tasks']:>3} tasks  "
                   f"task {st['task_run_s']:.1f} s cpu {st['task_cpu_s']:.1f} s gc {st['gc_s']:.1f} s  "
                   f"shuffle w/r {st['shuffle_write_mb']:.0f}/{st['shuffle_read_mb']:.0f} MB")
         res["pipeline"]["slowest_spark_stage"] = max(sp["stages"], key=lambda x: x["wall_s"] or 0)["name"]
@@ -740,14 +812,14 @@ def print_report(res: dict) -> None:
                   f"{prof['connections']} connections, no Spark):")
             for k, v in prof["stages_s"].items():
                 rate = prof["mb_per_s"][k]
-                print(f"     {k:<44} {v:8.2f} s  {rate or 0:8.1f} MB/s")
+                print(f"     {k:<52} {v:8.2f} s  {rate or 0:8.1f} MB/s")
             print(f"   slowest stage: {prof['slowest']}")
             if "reassembly_matches_truth" in prof:
                 print(f"   reassembled bytes per connection equal the ground truth: {prof['reassembly_matches_truth']}")
             if prof.get("decode_flows_error"):
                 print(f"   decode_flows failed: {prof['decode_flows_error']}")
-            if prof.get("tcp_cprofile_top"):
-                print(prof["tcp_cprofile_top"])
+            if prof.get("stage2_cprofile_top"):
+                print(prof["stage2_cprofile_top"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -764,7 +836,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-pipeline", action="store_true")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--profile-mb", type=float, help="profile only the first N MB of the capture")
-    ap.add_argument("--cprofile", action="store_true", help="cProfile the TCP reassembler loop")
+    ap.add_argument("--cprofile", action="store_true", help="cProfile the stage-2 function (decode_flows) and print its hottest functions")
     ap.add_argument("--keep-lake", action="store_true", help="keep each run's lake under <out>/lakes")
     ap.add_argument("--no-event-log", action="store_true",
                     help="do not record Spark's event log (used for the per-stage breakdown of the job)")
