@@ -44,16 +44,38 @@ def _v1_0(connection_id: str, dialect: str | None, o: DecodeOptions):
     return Amqp10StreamDecoder(connection_id, max_error_bytes=o.max_error_bytes, body_prefix_bytes=o.body_prefix_bytes)
 
 
+def _v0_10(connection_id: str, dialect: str | None, o: DecodeOptions):
+    from amqp_decode.v0_10 import Amqp010StreamDecoder
+
+    return Amqp010StreamDecoder(connection_id, max_error_bytes=o.max_error_bytes, body_prefix_bytes=o.body_prefix_bytes)
+
+
+def _draft(connection_id: str, dialect: str | None, o: DecodeOptions):
+    from amqp_decode.drafts import DraftStreamDecoder
+
+    return DraftStreamDecoder(connection_id, dialect=dialect, max_error_bytes=o.max_error_bytes)
+
+
+def _v0_9_or_fast(connection_id: str, dialect: str | None, o: DecodeOptions):
+    """AMQP 1 1 0 9: the published 0-9 or AMQP/Fast 0.9a5, whichever framing the first frames follow."""
+    from amqp_decode.drafts import AMQP_FAST, SharedHeaderConsumer
+
+    return SharedHeaderConsumer(lambda name: (_draft if name == AMQP_FAST else _v0_9_1)(connection_id, name, o))
+
+
 # protocol header name (amqp_decode.detect) -> codec factory. Headers of
 # dialects without a codec yet go to the 0-9-1 family decoder, which records
 # them as an unsupported dialect (every byte accounted for).
 CODECS: dict[str, Callable] = {
     "0-8": _v0_9_1,
-    "0-9": _v0_9_1,
+    "0-9": _v0_9_or_fast,
     "0-9-1": _v0_9_1,
     "1.0": _v1_0,
     "1.0-sasl": _v1_0,
     "1.0-tls": _v1_0,
+    "0-10": _v0_10,
+    "0-9-draft": _draft,
+    "amqp-fast-0.9a5": _draft,
 }
 
 
@@ -78,10 +100,23 @@ def _v0_9_1_frame_at(buf: bytes, i: int) -> int:
     return size + 8 if end < len(buf) and buf[end] == 0xCE else 0
 
 
+def _v0_10_frame_at(buf: bytes, i: int) -> int:
+    """Length of a plausible 0-10 frame at i (0 if none): version 0, a segment type, every reserved bit zero."""
+    if i + 12 > len(buf):
+        return 0
+    b = buf[i : i + 12]
+    size = (b[2] << 8) | b[3]
+    ok = b[0] < 0x10 and b[1] < 4 and size >= 12 and b[4] == 0 and b[5] < 0x10 and b[8:12] == b"\0\0\0\0"
+    return size if ok else 0
+
+
+SNIFFERS = (("0-9-1", _v0_9_1_frame_at), ("1.0", _v1_0_frame_at), ("0-10", _v0_10_frame_at))
+
+
 def sniff_framing(buf: bytes) -> str | None:
     """The dialect whose framing parses at the earliest offset, two frames in a row where the bytes allow."""
     for i in range(min(len(buf), SNIFF_WINDOW)):
-        for name, frame_at in (("0-9-1", _v0_9_1_frame_at), ("1.0", _v1_0_frame_at)):
+        for name, frame_at in SNIFFERS:
             n = frame_at(buf, i)
             if n and (i + n >= len(buf) or frame_at(buf, i + n)):
                 return name

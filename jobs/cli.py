@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _common(sub.add_parser("ingest-captures", help="captures -> captures, connections, decode_errors"), inputs=True)
     _common(sub.add_parser("run", help="every stage in order"), inputs=True)
+    lc = sub.add_parser("lifecycle", help="frames -> deliveries, flow_events, request_responses")
+    _common(lc, inputs=False)
+    lc.add_argument("--capture-id", action="append", help="only these captures (default: every capture in the lake)")
     _common(sub.add_parser("demo", help="run the pipeline on the bundled demo capture and print a summary"), inputs=False)
     summary = sub.add_parser("summary", help="print what the lake holds")
     _common(summary, inputs=False)
@@ -44,13 +47,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run_stages(spark, conf, inputs, run_id):
-    from jobs import ingest_captures
+def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False):
+    from jobs import ingest_captures, lifecycle
 
     t0 = time.monotonic()
     result = ingest_captures.run(spark, conf, inputs, run_id=run_id)
     print(f"ingest-captures: {len(result.captures)} capture(s) written, {len(result.skipped)} already done "
           f"({time.monotonic() - t0:.1f}s)")
+    if only_ingest:
+        return result
+    t0 = time.monotonic()
+    ids = [c["capture_id"] for c in result.captures] + result.skipped
+    done = lifecycle.run(spark, conf, ids, run_id=run_id)
+    print(f"lifecycle: {len(done)} capture(s) written ({time.monotonic() - t0:.1f}s)")
     return result
 
 
@@ -93,6 +102,17 @@ def print_summary(spark, conf, out=sys.stdout) -> None:
     print(f"\nframes per method ({sum(r.n for r in frames)} frames):", file=out)
     for r in frames:
         print(f"  {r.dialect:<6} {r.what:<28} {r.n:>8} frames {r.bytes:>10} bytes", file=out)
+    outcomes = (
+        store.read("deliveries").groupBy("dialect", "direction", "outcome")
+        .agg(F.count("*").alias("n"), F.expr("percentile_approx(settle_latency_us, 0.5)").alias("p50"),
+             F.max("settle_latency_us").alias("max"))
+        .orderBy("dialect", "direction", F.desc("n")).collect()
+    )
+    if outcomes:
+        print("\ndeliveries by outcome (settle latency p50 / max, ms):", file=out)
+        for r in outcomes:
+            lat = f"{r.p50 / 1000:>8.2f} / {r.max / 1000:.2f}" if r.p50 is not None else "       -"
+            print(f"  {r.dialect:<6} {r.direction:<12} {r.outcome:<22} {r.n:>7}   {lat}", file=out)
     errs = store.read("decode_errors").groupBy("stage", "reason").agg(F.count("*").alias("n"), F.sum("length").alias("bytes"))
     rows = errs.orderBy("stage", "reason").collect()
     if rows:
@@ -116,7 +136,12 @@ def dispatch(args) -> int:
         return 3
     try:
         if args.command in ("ingest-captures", "run"):
-            _run_stages(spark, conf, args.input, args.run_id)
+            _run_stages(spark, conf, args.input, args.run_id, only_ingest=args.command == "ingest-captures")
+        elif args.command == "lifecycle":
+            from jobs import lifecycle
+
+            done = lifecycle.run(spark, conf, args.capture_id, run_id=args.run_id)
+            print(f"lifecycle: {len(done)} capture(s) written")
         elif args.command == "demo":
             if not DEMO_CAPTURE.exists():
                 print(f"amqplens: the demo capture {DEMO_CAPTURE} is missing", file=sys.stderr)

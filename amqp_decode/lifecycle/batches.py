@@ -1,0 +1,97 @@
+"""The batch function the lifecycle job calls inside ``mapInArrow``.
+
+Input: frames-table batches, repartitioned by connection_id and sorted by
+``(connection_id, ts_us, stream_offset)`` (see runner.py for why the runner
+still restores each direction's stream order). Batches carry ``ts_us``
+(int64 microseconds) or the table's ``ts`` timestamp, which is converted.
+Output: one kind per batch, ``kind`` saying which struct column holds the
+rows (``delivery``, ``flow_event``, ``request_response``), the others null,
+plus the ``capture_id`` of the connection. The struct types come from the
+caller (the job derives them from schemas/); rows fill them by field name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import pyarrow as pa
+
+from amqp_decode.lifecycle.runner import LifecycleOptions, LifecycleRunner
+from amqp_decode.pipeline import to_struct_array
+
+KINDS = ("delivery", "flow_event", "request_response")
+# frame columns the machines read; the others are not converted to Python
+FRAME_COLUMNS = (
+    "frame_id", "connection_id", "capture_id", "direction", "stream_offset", "ts_us", "dialect", "frame_type", "channel",
+    "class_id", "method_id", "class_name", "method_name", "delivery_tag", "multiple", "requeue", "redelivered",
+    "exchange", "routing_key", "queue", "consumer_tag", "prefetch_count", "global_qos", "reply_code", "body_size",
+    "active", "reason", "mandatory", "immediate", "no_ack", "message_seq", "body_sha256", "arguments_json",
+    "properties_json", "performative", "handle", "role", "link_name", "delivery_id", "delivery_tag_bin", "settled",
+    "more", "aborted", "rcv_settle_mode", "snd_settle_mode", "link_credit", "delivery_count", "drain",
+    "next_incoming_id", "incoming_window", "next_outgoing_id", "outgoing_window", "first", "last", "state",
+    "error_condition", "source_address", "target_address",
+)
+
+
+def lifecycle_out_schema(delivery_struct: pa.StructType, flow_event_struct: pa.StructType,
+                         request_response_struct: pa.StructType) -> pa.Schema:
+    return pa.schema([
+        ("kind", pa.string()), ("capture_id", pa.string()), ("delivery", delivery_struct),
+        ("flow_event", flow_event_struct), ("request_response", request_response_struct),
+    ])
+
+
+def frame_rows(batch: pa.RecordBatch) -> list[dict]:
+    """The batch's rows as dicts of the columns the machines read, with ``ts_us``."""
+    names = batch.schema.names
+    if "ts_us" not in names and "ts" in names:
+        ts = batch.column("ts")
+        if pa.types.is_timestamp(ts.type) and ts.type.unit != "us":
+            ts = ts.cast(pa.timestamp("us", tz=ts.type.tz))
+        batch = batch.append_column("ts_us", ts.cast(pa.int64()))
+        names = batch.schema.names
+    return batch.select([c for c in FRAME_COLUMNS if c in names]).to_pylist()
+
+
+def lifecycle_batches(
+    batches: Iterable[pa.RecordBatch],
+    delivery_struct: pa.StructType,
+    flow_event_struct: pa.StructType,
+    request_response_struct: pa.StructType,
+    options: LifecycleOptions = LifecycleOptions(),
+    batch_rows: int = 8192,
+) -> Iterator[pa.RecordBatch]:
+    schema = lifecycle_out_schema(delivery_struct, flow_event_struct, request_response_struct)
+    structs = dict(zip(KINDS, (delivery_struct, flow_event_struct, request_response_struct)))
+    runner = LifecycleRunner(options)
+    pending: dict[str, list] = {k: [] for k in KINDS}
+
+    def collect() -> None:
+        for kind, rows in zip(KINDS, (runner.drain_deliveries(), runner.drain_flow_events(), runner.drain_request_responses())):
+            pending[kind] += [(runner.capture_id_of(r["connection_id"]), r) for r in rows]
+        runner.forget_finished()
+
+    def emit(final: bool) -> Iterator[pa.RecordBatch]:
+        for kind in KINDS:
+            buf = pending[kind]
+            while buf and (final or len(buf) >= batch_rows):
+                chunk, buf = buf[:batch_rows], buf[batch_rows:]
+                yield _out_batch(schema, kind, chunk, structs[kind])
+            pending[kind] = buf
+
+    for batch in batches:
+        if batch.num_rows:
+            runner.feed(frame_rows(batch))
+            collect()
+            yield from emit(final=False)
+    runner.finish()
+    collect()
+    yield from emit(final=True)
+
+
+def _out_batch(schema: pa.Schema, kind: str, chunk: list, struct: pa.StructType) -> pa.RecordBatch:
+    n = len(chunk)
+    arrays = [pa.array([kind] * n, pa.string()), pa.array([c for c, _ in chunk], pa.string())]
+    for field in list(schema)[2:]:
+        arrays.append(to_struct_array([r for _, r in chunk], struct) if field.name == kind else pa.nulls(n, field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
