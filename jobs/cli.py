@@ -93,8 +93,9 @@ def print_summary(spark, conf, out=sys.stdout) -> None:
               f"{missing:>9}  {r.end_reason}", file=out)
     frames = (
         store.read("frames")
-        .withColumn("what", F.coalesce(F.concat_ws(".", "class_name", "method_name"), F.col("performative")))
-        .withColumn("what", F.when(F.col("what") == "", F.col("frame_type")).otherwise(F.col("what")))
+        .withColumn("what", F.when(F.col("frame_type").isin("method", "command", "control", "oob_method"),
+                                   F.concat_ws(".", "class_name", "method_name"))
+                    .otherwise(F.coalesce(F.col("performative"), F.col("frame_type"))))
         .groupBy("dialect", "what").agg(F.count("*").alias("n"), F.sum("size").alias("bytes"))
         .orderBy(F.desc("n"), "dialect", "what")
         .collect()

@@ -30,6 +30,9 @@ FRAME_COLUMNS = (
     "more", "aborted", "rcv_settle_mode", "snd_settle_mode", "link_credit", "delivery_count", "drain",
     "next_incoming_id", "incoming_window", "next_outgoing_id", "outgoing_window", "first", "last", "state",
     "error_condition", "source_address", "target_address",
+    # 0-10
+    "first_segment", "last_segment", "first_frame", "last_frame", "command_id", "sync", "destination", "accept_mode",
+    "acquire_mode", "credit_unit", "credit_value", "flow_mode", "transfers_json", "commands_json", "referenced_command_id",
 )
 
 

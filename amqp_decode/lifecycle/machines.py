@@ -189,6 +189,39 @@ _transfer = {
 }
 TRANSFER = _complete("transfer_1_0", TRANSFER_STATES, TRANSFER_EVENTS, TRANSFER_OUTCOMES, _transfer)
 
+# ---------------------------------------------------------------------------- 0-10: message.transfer
+# One machine per transfer (command + header + body segments are one
+# delivery), identified by its command-id in its session. accept-mode none is
+# settled on send (``sent`` toward the broker, ``auto_ack`` from it); explicit
+# waits for the peer's message.accept / reject / release naming its id. The
+# peer's session.completed naming it ("completed") moves it to ``completed``:
+# still unsettled, no latency (completion is not settlement); closed there, the
+# row says so with the flag completed_unsettled.
+SETTLES_0_10 = {"accept": "accepted", "reject": "rejected", "release": "released"}
+TRANSFER_0_10_STATES = ("new", "unsettled", "completed")
+TRANSFER_0_10_EVENTS = (
+    "transfer_explicit", "transfer_none_to_broker", "transfer_none_from_broker", "completed", *SETTLES_0_10,
+    "session_detach", "connection_close", "capture_end",
+)
+TRANSFER_0_10_OUTCOMES = (*SETTLES_0_10.values(), "sent", "auto_ack", "unsettled_at_close", "open_at_capture_end")
+_CLOSES_0_10 = ("session_detach", "connection_close")
+_transfer_0_10 = {
+    ("new", "transfer_explicit"): T("open", "unsettled"),
+    ("new", "transfer_none_to_broker"): T("fire", "sent"),
+    ("new", "transfer_none_from_broker"): T("fire", "auto_ack"),
+    ("unsettled", "completed"): T("noop", "completed"),
+    ("completed", "completed"): T("noop", "completed"),  # completions repeat (session.completed is cumulative)
+    **{(st, e): T("settle", o) for st in ("unsettled", "completed") for e, o in SETTLES_0_10.items()},
+    **{("unsettled", c): T("close", "unsettled_at_close") for c in _CLOSES_0_10},
+    **{("completed", c): T("close", "unsettled_at_close", "completed_unsettled") for c in _CLOSES_0_10},
+    ("unsettled", "capture_end"): T("end", "open_at_capture_end"),
+    ("completed", "capture_end"): T("end", "open_at_capture_end", "completed_unsettled"),
+    # a new transfer reusing a live command-id (a session re-attached without its detach seen): the old one is abandoned
+    **{(st, e): T("close", "unsettled_at_close", "command_id_reused") for st in ("unsettled", "completed")
+       for e in ("transfer_explicit", "transfer_none_to_broker", "transfer_none_from_broker")},
+}
+TRANSFER_0_10 = _complete("transfer_0_10", TRANSFER_0_10_STATES, TRANSFER_0_10_EVENTS, TRANSFER_0_10_OUTCOMES, _transfer_0_10)
+
 # ---------------------------------------------------------------------------- endpoints
 # A 0-9-1 channel, a 1.0 session or a 1.0 link: opened by one side, answered
 # by the other, closed the same way. "use" is any other frame on it. Frames on
@@ -237,4 +270,4 @@ REQUEST = _complete(
     },
 )
 
-MACHINES = (PUBLISH, DELIVER, TRANSFER, ENDPOINT, REQUEST)
+MACHINES = (PUBLISH, DELIVER, TRANSFER, TRANSFER_0_10, ENDPOINT, REQUEST)

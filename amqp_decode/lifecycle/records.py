@@ -6,18 +6,21 @@ timestamps as int64 microseconds (``*_ts_us``) and without ``capture_id`` /
 ``capture_date``, which the job adds.
 
 Keys. ``delivery_id`` is ``<connection_id>-<to_broker|from_broker>-<channel>-<n>``
-(0-9-1) or ``...-<channel>-<handle>-<n>`` (1.0), where n is the codec's
+(0-9-1 and 0-10) or ``...-<channel>-<handle>-<n>`` (1.0), where n is the codec's
 ``message_seq`` of the message (per channel or link and direction, so unique
 in the connection where delivery tags and ids are not: channels reopen and
 restart their tags, ids wrap) or ``f<stream_offset>`` of its first frame when
 the codec gave it none. ``event_id`` is ``<frame_id>-<entity>[-<key>]`` with
-key the channel, ``<channel>-<consumer tag>``, the session channel or
+key the channel, ``<channel>-<consumer tag>``, the session channel,
 ``<session channel>-<c|s><handle>`` (whose handle numbering: client's or
-server's); each frame makes at most one row per entity.
+server's) or, 0-10, ``<channel>-<c|s><destination>`` (credit for the client's
+or the server's transfers); each frame makes at most one row per entity.
 
 Settle modes: 0-9-1 publishes ``confirm`` | ``tx`` | ``no_confirm``,
 deliveries ``auto_ack`` | ``manual_ack`` | ``tx``; 1.0 ``<snd>/<rcv>`` from the
-attaches (``mixed/first``, ``unsettled/second``, ...).
+attaches (``mixed/first``, ``unsettled/second``, ...); 0-10
+``<accept-mode>/<acquire-mode>`` of the transfer (``explicit/pre-acquired``,
+``none/not-acquired``, ...).
 """
 
 from __future__ import annotations
@@ -82,6 +85,22 @@ def properties_1_0(sections: dict) -> tuple:
     if not isinstance(props, dict):
         props = {}
     return (_text(props.get("message_id")), _text(props.get("correlation_id")), _text(props.get("content_type")), mode, prio, redelivered)
+
+
+def properties_0_10(structs: dict) -> tuple:
+    """message-id, correlation-id, content-type from message-properties; delivery-mode (1 non-persistent,
+    2 persistent), priority and redelivered from delivery-properties (the header segment's structs)."""
+    props = structs.get("message.message-properties")
+    delivery = structs.get("message.delivery-properties")
+    props = props if isinstance(props, dict) else {}
+    delivery = delivery if isinstance(delivery, dict) else {}
+    redelivered = delivery.get("redelivered")
+    return (_text(props.get("message_id")), _text(props.get("correlation_id")), _text(props.get("content_type")),
+            _int(delivery.get("delivery_mode")), _int(delivery.get("priority")),
+            redelivered if isinstance(redelivered, bool) else None)
+
+
+_PROPERTIES = {"1.0": properties_1_0, "0-10": properties_0_10}
 
 
 class Delivery:
@@ -150,7 +169,7 @@ class Delivery:
             except ValueError:
                 parsed = None
             if isinstance(parsed, dict):
-                info = properties_1_0(parsed) if self.dialect == "1.0" else properties_0_9_1(parsed)
+                info = _PROPERTIES.get(self.dialect, properties_0_9_1)(parsed)
         redelivered = self.redelivered if self.redelivered is not None else info[5]
         latency = None if self.settled_ts_us is None else self.settled_ts_us - self.sent_ts_us
         return {

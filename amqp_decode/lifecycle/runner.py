@@ -32,12 +32,15 @@ import dataclasses
 import heapq
 from collections.abc import Iterable
 
+from amqp_decode.lifecycle.amqp010 import Connection010
 from amqp_decode.lifecycle.amqp091 import Connection091
 from amqp_decode.lifecycle.amqp10 import Connection10
 from amqp_decode.lifecycle.records import Output, frame_id_of
 
 FAMILY_0_9_1 = frozenset({"0-8", "0-9", "0-9-1"})
-_REFERS_BACK = frozenset({"ack", "nack", "reject", "get-empty", "redirect"})
+_REFERS_BACK = frozenset({"ack", "nack", "reject", "get-empty", "redirect",
+                          # 0-10: settlements, completions, results and the answering controls
+                          "accept", "release", "completed", "known-completed", "result", "exception", "attached", "detached"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +104,9 @@ class LifecycleRunner:
             self._tracker = Connection091(cid, dialect, self.out, self.options.max_pending_returns)
         elif dialect == "1.0":
             self._tracker = Connection10(cid, self.out)
-        else:  # 0-10 and the drafts have no machine yet
+        elif dialect == "0-10":
+            self._tracker = Connection010(cid, self.out)
+        else:  # the drafts have no machine
             self._tracker = None
 
     def _finish_connection(self) -> None:

@@ -15,11 +15,12 @@ from amqp_decode.lifecycle.machines import (
     REQUEST,
     TERMINAL_EFFECTS,
     TRANSFER,
+    TRANSFER_0_10,
     Transition,
 )
 from amqp_decode.lifecycle.records import Delivery
 
-DELIVERY_MACHINES = (PUBLISH, DELIVER, TRANSFER, REQUEST)
+DELIVERY_MACHINES = (PUBLISH, DELIVER, TRANSFER, TRANSFER_0_10, REQUEST)
 
 
 def _pairs(machine):
