@@ -3,38 +3,27 @@
 ``DraftFramer`` keeps the unconsumed bytes (at most one partial frame, bounded
 by ``layouts.MAX_FRAME``) and cuts frames with the layout's ``parse``. A protocol
 header is taken at the start; bytes that are not frames become one error region
-each run (``v0_9_1.framing.ErrorRegion``) while the framer scans for the next
+each run (``streaming.ErrorRegion``) while the framer scans for the next
 offset where a frame parses and the frame after it parses too (or the bytes
 end there). Every byte fed is in exactly one frame or one region.
 """
 
 from __future__ import annotations
 
-import collections
-
 from amqp_decode.detect import AMQP, HEADER_SIZE, could_be_header
 from amqp_decode.drafts.layouts import NEED, Frame
-from amqp_decode.v0_9_1.framing import ErrorRegion
-
-START, SYNCED, RESYNC, OPAQUE = "start", "synced", "resync", "opaque"
+from amqp_decode.streaming import OPAQUE, RESYNC, START, SYNCED, FramerCore  # noqa: F401  (START: this module's name for it)
 
 
-class DraftFramer:
+class DraftFramer(FramerCore):
     """``owner`` provides ``on_protocol_header(framer, offset, ts, head) -> mode``,
     ``on_frame(framer, offset, ts, frame, buf)`` and ``on_error(framer, region)``."""
 
     def __init__(self, direction: str, owner, parse, max_error_bytes: int) -> None:
-        self.direction, self.owner, self.parse, self.max_error_bytes = direction, owner, parse, max_error_bytes
-        self.mode = START
-        self.pending = b""
-        self.base = 0
-        self.expected = 0
-        self.started = False
+        super().__init__(direction, owner, max_error_bytes)
+        self.parse = parse
         self.extended = False  # the last frame was META: an extended frame header follows
-        self.region: ErrorRegion | None = None
         self.reason = ("not_amqp", "bytes that are neither a protocol header nor frames")
-        self.marks: collections.deque = collections.deque()
-        self.fed = self.frame_bytes = self.error_bytes = self.gap_bytes = 0
 
     def feed(self, offset: int, ts_us: int, data: bytes) -> None:
         if offset > self.expected:
@@ -55,7 +44,7 @@ class DraftFramer:
 
     def gap(self, offset: int, length: int, ts_us: int, reported: bool = True) -> None:
         self._run(True, ("truncated_by_gap", "a frame cut short by missing bytes"))
-        self._flush()
+        self._flush_region()
         self.gap_bytes += length if reported else 0
         self.started = True
         self.expected = max(self.expected, offset + length)
@@ -68,7 +57,7 @@ class DraftFramer:
 
     def close(self) -> None:
         self._run(True, ("truncated_at_close", "a partial frame at the end of the stream"))
-        self._flush()
+        self._flush_region()
 
     # -- the loop -----------------------------------------------------------------------
     def _run(self, final: bool, final_reason: tuple = ("", "")) -> None:
@@ -81,27 +70,11 @@ class DraftFramer:
             pos = step
         if final and pos < n:
             if self.region is None:
-                self._open(pos, *final_reason)
+                self._open_region(pos, *final_reason)
             self.region.add(buf[pos:n])
             pos = n
         self.pending = buf[pos:]
         self.base += pos
-
-    def _ts(self, off: int) -> int:
-        while len(self.marks) > 1 and self.marks[1][0] <= off:
-            self.marks.popleft()
-        return self.marks[0][1] if self.marks else 0
-
-    def _open(self, pos: int, reason: str, detail: str) -> None:
-        self._flush()
-        off = self.base + pos
-        self.region = ErrorRegion(off, self._ts(off), reason, detail, self.max_error_bytes)
-
-    def _flush(self) -> None:
-        region, self.region = self.region, None
-        if region is not None and region.length:
-            self.error_bytes += region.length
-            self.owner.on_error(self, region)
 
     def _emit(self, buf: bytes, pos: int, frame: Frame) -> int:
         off = self.base + pos
@@ -120,7 +93,7 @@ class DraftFramer:
             self.mode = self.owner.on_protocol_header(self, off, self._ts(off), head)
             self.frame_bytes += HEADER_SIZE
             if self.mode == OPAQUE:
-                self._open(pos + HEADER_SIZE, "unsupported_dialect", f"bytes after the protocol header {head.hex()}")
+                self._open_region(pos + HEADER_SIZE, "unsupported_dialect", f"bytes after the protocol header {head.hex()}")
             return pos + HEADER_SIZE
         self.mode = RESYNC
         return pos
@@ -131,14 +104,14 @@ class DraftFramer:
             return None
         if isinstance(frame, Frame):
             return self._emit(buf, pos, frame)
-        self._open(pos, *frame)
+        self._open_region(pos, *frame)
         self.region.add(buf[pos : pos + 1])
         self.mode, self.extended = RESYNC, False
         return pos + 1
 
     def _resync(self, buf: bytes, pos: int, final: bool):
         if self.region is None:
-            self._open(pos, *self.reason)
+            self._open_region(pos, *self.reason)
         q = pos
         while q < len(buf):
             frame = self.parse(buf, q)
@@ -149,7 +122,7 @@ class DraftFramer:
                 nxt = self.parse(buf, after, frame.ftype == 9) if after < len(buf) else None
                 if isinstance(nxt, Frame) or (nxt == NEED and not final and frame.ftype != 9) or (nxt is None and (final or frame.ftype != 9)):
                     self.region.add(buf[pos:q])
-                    self._flush()
+                    self._flush_region()
                     self.mode = SYNCED
                     return q
                 if nxt == NEED and not final:
@@ -160,6 +133,6 @@ class DraftFramer:
 
     def _opaque(self, buf: bytes, pos: int, final: bool):
         if self.region is None:
-            self._open(pos, "unsupported_dialect", "a stream in a dialect this codec does not decode")
+            self._open_region(pos, "unsupported_dialect", "a stream in a dialect this codec does not decode")
         self.region.add(buf[pos:])
         return len(buf)

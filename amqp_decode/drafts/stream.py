@@ -20,7 +20,8 @@ import struct
 from amqp_decode.detect import describe, detect_protocol_header
 from amqp_decode.drafts.framing import OPAQUE, SYNCED, DraftFramer
 from amqp_decode.drafts.layouts import AMQP_FAST, D0_9_DRAFT, FAST_FRAME_TYPES, FRAME_TYPES, LAYOUTS
-from amqp_decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionRecord
+from amqp_decode.streaming import StreamDecoderBase, decode_both
+from amqp_decode.tcp.records import TO_CLIENT, TO_SERVER
 from amqp_decode.v0_9_1.rows import to_json
 from amqp_decode.v1_0.rows import FRAME_KEYS_1_0
 
@@ -35,81 +36,47 @@ _HEADERS = {D0_9_DRAFT: {b"AMQP\x01\x01\x09\x01"}, AMQP_FAST: {b"AMQP\x01\x01\x0
 _CHANNEL_ZERO = frozenset({"heartbeat", "trace", "meta"})
 
 
-class DraftStreamDecoder:
+class DraftStreamDecoder(StreamDecoderBase):
+    FRAME_TEMPLATE = FRAME_TEMPLATE
+
     def __init__(self, connection_id: str, *, dialect: str = D0_9_DRAFT, max_error_bytes: int = MAX_ERROR_BYTES, redact: bool = True) -> None:
         if dialect not in LAYOUTS:
             raise ValueError(f"dialect must be one of {sorted(LAYOUTS)}, not {dialect!r}")
-        self.connection_id, self.dialect, self.redact = connection_id, dialect, redact
+        self._init_streams(connection_id, {d: DraftFramer(d, self, LAYOUTS[dialect], max_error_bytes) for d in (TO_SERVER, TO_CLIENT)})
+        self.dialect, self.redact = dialect, redact
         self.frame_types = FAST_FRAME_TYPES if dialect == AMQP_FAST else FRAME_TYPES
-        self._framers = {d: DraftFramer(d, self, LAYOUTS[dialect], max_error_bytes) for d in (TO_SERVER, TO_CLIENT)}
         self._contents: dict[tuple, list] = {}  # (direction, channel) -> stack of [children left, body left, seq, hasher]
-        self._frames: list[dict] = []
-        self._errors: list[dict] = []
-        self._counts = {TO_SERVER: 0, TO_CLIENT: 0}
         self._messages = {TO_SERVER: 0, TO_CLIENT: 0}
-        self._decode_errors = self._internal_errors = 0
         self._facts = {"connection_id": connection_id, "dialect": dialect, "dialect_source": None,
                        "client_protocol_header": None, "server_protocol_header": None,
                        "transport_end_reason": None, "transport_closed_by": None}  # fmt: skip
-        self._closed = False
 
     # -- StreamConsumer ---------------------------------------------------------------------
-    def data(self, direction: str, offset: int, ts_us: int, data: bytes) -> None:
-        self._guard(direction, "feed", offset, ts_us, data)
-
     def gap(self, direction: str, offset: int, length: int, ts_us: int) -> None:
-        self._guard(direction, "gap", offset, length, ts_us)
+        super().gap(direction, offset, length, ts_us)
         for key in [k for k in self._contents if k[0] == direction]:
             del self._contents[key]
 
-    def close(self, connection: ConnectionRecord | None = None) -> None:
-        if self._closed:
-            return
-        for d in self._framers:
-            self._guard(d, "close")
-        if connection is not None:
-            self._facts["transport_end_reason"], self._facts["transport_closed_by"] = connection.end_reason, connection.closed_by
-        self._closed = True
+    def _internal_error(self, framer: DraftFramer, exc: Exception, ts_us: int) -> None:
+        super()._internal_error(framer, exc, 0)  # this codec's internal_error rows carry no time
 
-    def _guard(self, direction: str, method: str, *args) -> None:
-        framer = self._framers.get(direction)
-        if framer is None or self._closed:
-            return
-        try:
-            getattr(framer, method)(*args)
-        except Exception as exc:  # a decoder bug must not fail the task: the rest of the direction is kept raw
-            self._internal_errors += 1
-            lost = framer.fed - framer.frame_bytes - framer.error_bytes
-            framer.pending, framer.region, framer.base, framer.mode = b"", None, framer.expected, OPAQUE
-            framer.error_bytes += max(lost, 0)
-            if lost > 0:
-                self._errors.append(self._error_row(direction, framer.base - lost, lost, "internal_error",
-                                                    f"{type(exc).__name__}: {exc}", None, None, 0))  # fmt: skip
+    def _unaccounted(self, framer: DraftFramer) -> int:
+        return max(super()._unaccounted(framer), 0)
 
-    # -- output -----------------------------------------------------------------------------
-    def drain_frames(self) -> list[dict]:
-        rows, self._frames = self._frames, []
-        return rows
+    def _facts_dict(self) -> dict:
+        return self._facts
 
-    def drain_errors(self) -> list[dict]:
-        rows, self._errors = self._errors, []
-        return rows
+    def _direction_facts(self, out: dict, d: str) -> None:
+        out[f"messages_{d}"] = self._messages[d]
 
-    def connection_facts(self) -> dict:
-        out = dict(self._facts)
-        for d, framer in self._framers.items():
-            out[f"stream_bytes_{d}"], out[f"frame_bytes_{d}"] = framer.fed, framer.frame_bytes
-            out[f"error_bytes_{d}"], out[f"gap_bytes_{d}"] = framer.error_bytes, framer.gap_bytes
-            out[f"frames_{d}"], out[f"messages_{d}"] = self._counts[d], self._messages[d]
-        out["frame_decode_errors"], out["internal_errors"] = self._decode_errors, self._internal_errors
-        return out
+    # no handshake is decoded: any client bytes may hold a secret (StreamDecoderBase._may_hold_secret)
 
     # -- callbacks --------------------------------------------------------------------------
     def on_protocol_header(self, framer: DraftFramer, offset: int, ts_us: int, head: bytes) -> str:
         side = "client" if framer.direction == TO_SERVER else "server"
         self._facts[f"{side}_protocol_header"] = self._facts[f"{side}_protocol_header"] or head.hex()
         self._facts["dialect_source"] = "protocol_header"
-        row = self._row(framer.direction, offset, ts_us, "protocol_header", None, len(head))
+        row = self._row(framer, offset, ts_us, "protocol_header", None, len(head))
         row["arguments_json"] = to_json(describe(head))
         ours = head in _HEADERS[self.dialect]
         if not ours:
@@ -120,7 +87,7 @@ class DraftStreamDecoder:
     def on_frame(self, framer: DraftFramer, offset: int, ts_us: int, frame, buf: bytes) -> None:
         self._facts["dialect_source"] = self._facts["dialect_source"] or "framing"
         kind = self.frame_types[frame.ftype]
-        row = self._row(framer.direction, offset, ts_us, kind, frame.channel, frame.total)
+        row = self._row(framer, offset, ts_us, kind, frame.channel, frame.total)
         payload = memoryview(buf)[frame.payload]
         try:
             row["decode_error"] = _HANDLERS.get(kind, DraftStreamDecoder._opaque)(self, row, framer.direction, frame, payload)
@@ -132,28 +99,7 @@ class DraftStreamDecoder:
         self._decode_errors += row["decode_error"] is not None
         self._append(row)
 
-    def on_error(self, framer: DraftFramer, region) -> None:
-        raw, detail = bytes(region.raw), region.detail
-        if self.redact and framer.direction == TO_SERVER:  # no handshake is decoded: any client bytes may hold a secret
-            raw, detail = None, detail + " (raw bytes withheld: they may hold credentials)"
-        self._errors.append(self._error_row(framer.direction, region.offset, region.length, region.reason, detail, raw,
-                                            region.hasher.hexdigest(), region.ts_us))  # fmt: skip
-
     # -- frames -----------------------------------------------------------------------------
-    def _row(self, direction: str, offset: int, ts_us: int, kind: str, channel, size: int) -> dict:
-        row = FRAME_TEMPLATE.copy()
-        row.update(connection_id=self.connection_id, direction=direction, stream_offset=offset, ts_us=ts_us,
-                   dialect=self.dialect, frame_type=kind, channel=channel, size=size)  # fmt: skip
-        return row
-
-    def _append(self, row: dict) -> None:
-        self._frames.append(row)
-        self._counts[row["direction"]] += 1
-
-    def _error_row(self, direction, offset, length, reason, detail, raw, sha, ts_us) -> dict:
-        return {"connection_id": self.connection_id, "direction": direction, "stream_offset": offset, "length": length,
-                "reason": reason, "detail": detail, "raw": raw, "raw_sha256": sha, "raw_length": length, "ts_us": ts_us}  # fmt: skip
-
     def _extras(self, frame) -> dict:
         extras = {"cycle": frame.cycle} if frame.cycle is not None else {}
         return {**extras, "extended": True} if frame.extended else extras
@@ -235,10 +181,4 @@ _HANDLERS = {"method": DraftStreamDecoder._method, "header": DraftStreamDecoder.
 
 def decode_streams(to_server: bytes = b"", to_client: bytes = b"", connection_id: str = "c", **options):
     """Decode two whole direction streams at once: ``(frames, errors, facts)`` (for tests and tools)."""
-    dec = DraftStreamDecoder(connection_id, **options)
-    if to_server:
-        dec.data(TO_SERVER, 0, 0, to_server)
-    if to_client:
-        dec.data(TO_CLIENT, 0, 0, to_client)
-    dec.close()
-    return dec.drain_frames(), dec.drain_errors(), dec.connection_facts()
+    return decode_both(DraftStreamDecoder, to_server, to_client, connection_id, **options)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from amqp_decode.detect import D0_10, describe, detect_protocol_header
 from amqp_decode.errors import DecodeError
-from amqp_decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionRecord
+from amqp_decode.streaming import StreamDecoderBase, decode_both
+from amqp_decode.tcp.records import TO_CLIENT, TO_SERVER
 from amqp_decode.v0_10 import spec
 from amqp_decode.v0_10.facts import ConnectionFacts
 from amqp_decode.v0_10.framing import OPAQUE, SYNCED, DirectionFramer
@@ -64,86 +65,37 @@ def decode_header(payload) -> tuple[dict, str | None]:
     return out, error
 
 
-class Amqp010StreamDecoder:
+class Amqp010StreamDecoder(StreamDecoderBase):
     """Decode one AMQP 0-10 connection from its two byte streams.
 
     Options: ``max_error_bytes``, ``body_prefix_bytes`` (keep the first N body bytes
     of each message, default 0), ``redact`` (default True) and ``redaction_key``.
     """
 
+    FRAME_TEMPLATE = FRAME_TEMPLATE
+
     def __init__(self, connection_id: str, *, max_error_bytes: int = MAX_ERROR_BYTES, body_prefix_bytes: int = 0,
                  redact: bool = True, redaction_key: bytes | None = None) -> None:  # fmt: skip
-        self.connection_id = connection_id
+        self._init_streams(connection_id, {d: DirectionFramer(d, self, max_error_bytes) for d in (TO_SERVER, TO_CLIENT)})
         self.dialect = D0_10
         self.redact = redact
         self.body_prefix_bytes = body_prefix_bytes
         self._facts = ConnectionFacts(connection_id, redaction_key, redact)
-        self._frames: list[dict] = []
-        self._errors: list[dict] = []
-        self._framers = {d: DirectionFramer(d, self, max_error_bytes) for d in (TO_SERVER, TO_CLIENT)}
         self._channels: dict[tuple, ChannelState] = {}
-        self._frame_counts = {TO_SERVER: 0, TO_CLIENT: 0}
         self._messages = {TO_SERVER: 0, TO_CLIENT: 0}
-        self._decode_errors = self._internal_errors = 0
         self._secrets_end: int | None = None  # to_server offset after which no SASL response follows
-        self._closed = False
 
-    # -- StreamConsumer ---------------------------------------------------------------------
-    def data(self, direction: str, offset: int, ts_us: int, data: bytes) -> None:
-        framer = self._framers.get(direction)
-        if framer is None or self._closed:
-            return
-        try:
-            framer.feed(offset, ts_us, data)
-        except Exception as exc:  # a decoder bug must not fail the task: keep the bytes as an error
-            self._internal_error(framer, exc, ts_us)
+    # -- StreamConsumer hooks ----------------------------------------------------------------
+    def _reset_direction(self, direction: str) -> None:
+        for (d, _), state in self._channels.items():
+            if d == direction:
+                state.reset()
 
-    def gap(self, direction: str, offset: int, length: int, ts_us: int) -> None:
-        framer = self._framers.get(direction)
-        if framer is None or self._closed:
-            return
-        try:
-            framer.gap(offset, length, ts_us)
-            for (d, _), state in self._channels.items():
-                if d == direction:
-                    state.reset()
-        except Exception as exc:
-            self._internal_error(framer, exc, ts_us)
+    def _direction_facts(self, out: dict, d: str) -> None:
+        out[f"messages_{d}"] = self._messages[d]
 
-    def close(self, connection: ConnectionRecord | None = None) -> None:
-        if self._closed:
-            return
-        for framer in self._framers.values():
-            try:
-                framer.close()
-            except Exception as exc:
-                self._internal_error(framer, exc, 0)
-        if connection is not None:
-            self._facts.facts["transport_end_reason"] = connection.end_reason
-            self._facts.facts["transport_closed_by"] = connection.closed_by
-        self._closed = True
-
-    # -- output -----------------------------------------------------------------------------
-    def drain_frames(self) -> list[dict]:
-        rows, self._frames = self._frames, []
-        return rows
-
-    def drain_errors(self) -> list[dict]:
-        rows, self._errors = self._errors, []
-        return rows
-
-    def connection_facts(self) -> dict:
-        out = dict(self._facts.facts)
-        for d, framer in self._framers.items():
-            out[f"stream_bytes_{d}"] = framer.fed
-            out[f"frame_bytes_{d}"] = framer.frame_bytes
-            out[f"error_bytes_{d}"] = framer.error_bytes
-            out[f"gap_bytes_{d}"] = framer.gap_bytes
-            out[f"frames_{d}"] = self._frame_counts[d]
-            out[f"messages_{d}"] = self._messages[d]
-        out["frame_decode_errors"] = self._decode_errors
-        out["internal_errors"] = self._internal_errors
-        return out
+    def _may_hold_secret(self, direction: str, offset: int, reason: str, raw: bytes) -> bool:
+        return self.redact and direction == TO_SERVER and (self._secrets_end is None or offset < self._secrets_end)
 
     # -- what the framer asks ----------------------------------------------------------------
     def plausible_payload(self, stype: int, payload) -> int:
@@ -162,7 +114,7 @@ class Amqp010StreamDecoder:
         f["dialect_source"] = "protocol_header"
         row = self._row(framer, offset, ts_us, "protocol_header", None, len(head))
         row["arguments_json"] = to_json(describe(head))
-        self._append(row, framer.direction)
+        self._append(row)
         if name == D0_10:
             return (SYNCED,)
         return (OPAQUE, "unsupported_dialect", f"bytes after the protocol header {head.hex()}, which is not AMQP 0-10")
@@ -184,29 +136,9 @@ class Amqp010StreamDecoder:
             row["decode_error"] = "reserved_bits: reserved bits of the frame header are set"
         if row["decode_error"] is not None:
             self._decode_errors += 1
-        self._append(row, framer.direction)
-
-    def on_error(self, framer: DirectionFramer, region) -> None:
-        raw, detail = bytes(region.raw), region.detail
-        if self.redact and framer.direction == TO_SERVER and (self._secrets_end is None or region.offset < self._secrets_end):
-            raw, detail = None, detail + " (raw bytes withheld: they may hold credentials)"
-        self._errors.append({
-            "connection_id": self.connection_id, "direction": framer.direction, "stream_offset": region.offset,
-            "length": region.length, "reason": region.reason, "detail": detail, "raw": raw,
-            "raw_sha256": region.hasher.hexdigest(), "raw_length": region.length, "ts_us": region.ts_us,
-        })  # fmt: skip
+        self._append(row)
 
     # -- frames -----------------------------------------------------------------------------
-    def _row(self, framer, offset: int, ts_us: int, kind: str, channel, size: int) -> dict:
-        row = FRAME_TEMPLATE.copy()
-        row.update(connection_id=self.connection_id, direction=framer.direction, stream_offset=offset, ts_us=ts_us,
-                   dialect=D0_10, frame_type=kind, channel=channel, size=size)  # fmt: skip
-        return row
-
-    def _append(self, row: dict, direction: str) -> None:
-        self._frames.append(row)
-        self._frame_counts[direction] += 1
-
     def _frame(self, row: dict, direction: str, flags: int, stype: int, channel: int, payload) -> None:
         state = self._channels.get((direction, channel))
         if state is None:
@@ -273,34 +205,12 @@ class Amqp010StreamDecoder:
         if name == "command-point" and isinstance(args.get("command_id"), int):
             state.set_command_point(args["command_id"])
         elif name in ("attach", "attached", "detach", "detached"):
-            for d in (TO_SERVER, TO_CLIENT):
-                other = self._channels.get((d, channel))
-                if other is not None:
-                    other.forget_ids()
-
-    # -- safety -----------------------------------------------------------------------------
-    def _internal_error(self, framer: DirectionFramer, exc: Exception, ts_us: int) -> None:
-        self._internal_errors += 1
-        lost = framer.fed - framer.frame_bytes - framer.error_bytes
-        framer.pending, framer.chunks, framer.chunks_len, framer.region = b"", [], 0, None
-        framer.base = framer.expected
-        framer.mode = OPAQUE
-        framer.opaque_reason = ("internal_error", "the decoder failed; later bytes of this direction are kept raw")
-        framer.error_bytes += lost
-        if lost > 0:
-            self._errors.append({
-                "connection_id": self.connection_id, "direction": framer.direction, "stream_offset": framer.base - lost,
-                "length": lost, "reason": "internal_error", "detail": f"{type(exc).__name__}: {exc}", "raw": None,
-                "raw_sha256": None, "raw_length": lost, "ts_us": ts_us,
-            })  # fmt: skip
+            # Each side numbers its own commands from its own command-point: the peer's attached
+            # must not wipe the ids the sender has just set (Qpid sends attach, command-point, then
+            # the broker answers attached).
+            state.forget_ids()
 
 
 def decode_streams(to_server: bytes = b"", to_client: bytes = b"", connection_id: str = "c", **options):
     """Decode two whole direction streams at once: ``(frames, errors, facts)`` (for tests and tools)."""
-    dec = Amqp010StreamDecoder(connection_id, **options)
-    if to_server:
-        dec.data(TO_SERVER, 0, 0, to_server)
-    if to_client:
-        dec.data(TO_CLIENT, 0, 0, to_client)
-    dec.close()
-    return dec.drain_frames(), dec.drain_errors(), dec.connection_facts()
+    return decode_both(Amqp010StreamDecoder, to_server, to_client, connection_id, **options)

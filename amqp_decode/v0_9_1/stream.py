@@ -17,7 +17,8 @@ Nothing raises out of ``data``/``gap``/``close``: bad bytes become error rows
 from __future__ import annotations
 
 from amqp_decode.detect import D0_8, D0_9_1, FAMILY_0_9_1, describe, detect_protocol_header
-from amqp_decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionRecord
+from amqp_decode.streaming import StreamDecoderBase, decode_both
+from amqp_decode.tcp.records import TO_CLIENT, TO_SERVER
 from amqp_decode.v0_9_1.content import ContentTracker
 from amqp_decode.v0_9_1.facts import ConnectionFacts
 from amqp_decode.v0_9_1.fieldtable import RABBITMQ
@@ -33,7 +34,7 @@ MAX_ERROR_BYTES = 4096  # raw bytes one error row keeps (its sha256 covers them 
 _SECRET_METHODS = (b"\x00\x0a\x00\x0b", b"\x00\x0a\x00\x15", b"\x00\x0a\x00\x46")
 
 
-class Amqp091StreamDecoder:
+class Amqp091StreamDecoder(StreamDecoderBase):
     """Decode one connection of the 0-8 / 0-9 / 0-9-1 family from its two byte streams.
 
     Options: ``dialect`` forces one of "0-8", "0-9", "0-9-1" (otherwise the
@@ -43,6 +44,9 @@ class Amqp091StreamDecoder:
     first N body bytes of each message, default 0); ``redact`` (default True)
     and ``redaction_key`` (HMAC key for matchable redactions).
     """
+
+    FRAME_TEMPLATE = FRAME_TEMPLATE
+    EMPTY_INTERNAL_ERROR_ROWS = True
 
     def __init__(
         self,
@@ -59,7 +63,8 @@ class Amqp091StreamDecoder:
     ) -> None:
         if dialect is not None and dialect not in FAMILY_0_9_1:
             raise ValueError(f"dialect must be one of {sorted(FAMILY_0_9_1)}, not {dialect!r}")
-        self.connection_id = connection_id
+        self._content = {d: ContentTracker(body_prefix_bytes) for d in (TO_SERVER, TO_CLIENT)}
+        self._init_streams(connection_id, {d: DirectionFramer(d, self, max_error_bytes) for d in (TO_SERVER, TO_CLIENT)}, self._content)
         self.letters = field_table_letters
         self.max_frame_size = max_frame_size
         self.resync_max_frame = resync_max_frame
@@ -67,73 +72,12 @@ class Amqp091StreamDecoder:
         self.forced_dialect = dialect
         self._facts = ConnectionFacts(connection_id, redaction_key, redact)
         self._set_dialect(dialect or D0_9_1, "forced" if dialect else None)
-        self._frames: list[dict] = []
-        self._errors: list[dict] = []
-        self._framers = {d: DirectionFramer(d, self, max_error_bytes) for d in (TO_SERVER, TO_CLIENT)}
-        self._content = {d: ContentTracker(body_prefix_bytes) for d in (TO_SERVER, TO_CLIENT)}
-        self._frame_counts = {TO_SERVER: 0, TO_CLIENT: 0}
-        self._decode_errors = 0
         self._secrets_end: int | None = None  # to_server offset after which no SASL response follows
-        self._closed = False
-        self._internal_errors = 0
-
-    # -- StreamConsumer ---------------------------------------------------------------------
-    def data(self, direction: str, offset: int, ts_us: int, data: bytes) -> None:
-        framer = self._framers.get(direction)
-        if framer is None or self._closed:
-            return
-        try:
-            framer.feed(offset, ts_us, data)
-        except Exception as exc:  # a decoder bug must not fail the task: keep the bytes as an error
-            self._internal_error(framer, exc, ts_us)
-
-    def gap(self, direction: str, offset: int, length: int, ts_us: int) -> None:
-        framer = self._framers.get(direction)
-        if framer is None or self._closed:
-            return
-        try:
-            framer.gap(offset, length, ts_us)
-            self._content[direction].reset()
-        except Exception as exc:
-            self._internal_error(framer, exc, ts_us)
-
-    def close(self, connection: ConnectionRecord | None = None) -> None:
-        if self._closed:
-            return
-        for framer in self._framers.values():
-            try:
-                framer.close()
-            except Exception as exc:
-                self._internal_error(framer, exc, 0)
-        for tracker in self._content.values():
-            tracker.reset()
-        if connection is not None:
-            self._facts.facts["transport_end_reason"] = connection.end_reason
-            self._facts.facts["transport_closed_by"] = connection.closed_by
-        self._closed = True
 
     # -- output -----------------------------------------------------------------------------
-    def drain_frames(self) -> list[dict]:
-        rows, self._frames = self._frames, []
-        return rows
-
-    def drain_errors(self) -> list[dict]:
-        rows, self._errors = self._errors, []
-        return rows
-
     def connection_facts(self) -> dict:
-        out = dict(self._facts.facts)
-        out["dialect"] = self.dialect
-        for d, framer in self._framers.items():
-            out[f"stream_bytes_{d}"] = framer.fed
-            out[f"frame_bytes_{d}"] = framer.frame_bytes
-            out[f"error_bytes_{d}"] = framer.error_bytes
-            out[f"gap_bytes_{d}"] = framer.gap_bytes
-            out[f"frames_{d}"] = self._frame_counts[d]
-            out[f"messages_{d}"] = self._content[d].completed
-            out[f"incomplete_messages_{d}"] = self._content[d].abandoned + self._content[d].open_messages
-        out["frame_decode_errors"] = self._decode_errors
-        out["internal_errors"] = self._internal_errors
+        out = super().connection_facts()
+        out["dialect"] = self.dialect  # a key of the facts: it keeps its place
         return out
 
     # -- dialect ---------------------------------------------------------------------------
@@ -189,8 +133,7 @@ class Amqp091StreamDecoder:
         row = self._row(framer, offset, ts_us, "protocol_header", None, 8)
         row["dialect"] = name if ours else self.dialect
         row["arguments_json"] = to_json(describe(head))
-        self._frames.append(row)
-        self._frame_counts[framer.direction] += 1
+        self._append(row)
         return SYNCED if ours else FOREIGN
 
     def on_frame(self, framer: DirectionFramer, offset: int, ts_us: int, kind: str, channel: int, payload: memoryview, size: int) -> None:
@@ -200,43 +143,9 @@ class Amqp091StreamDecoder:
         _FRAME_HANDLERS[kind](self, row, framer.direction, channel, payload)
         if row["decode_error"] is not None:
             self._decode_errors += 1
-        self._frames.append(row)
-        self._frame_counts[framer.direction] += 1
-
-    def on_error(self, framer: DirectionFramer, region) -> None:
-        raw = bytes(region.raw)
-        detail = region.detail
-        if self._may_hold_secret(framer.direction, region.offset, region.reason, raw):
-            raw = None
-            detail += " (raw bytes withheld: they may hold credentials)"
-        self._errors.append(
-            {
-                "connection_id": self.connection_id,
-                "direction": framer.direction,
-                "stream_offset": region.offset,
-                "length": region.length,
-                "reason": region.reason,
-                "detail": detail,
-                "raw": raw,
-                "raw_sha256": region.hasher.hexdigest(),
-                "raw_length": region.length,
-                "ts_us": region.ts_us,
-            }
-        )
+        self._append(row)
 
     # -- rows -------------------------------------------------------------------------------
-    def _row(self, framer, offset: int, ts_us: int, kind: str, channel, size: int) -> dict:
-        row = FRAME_TEMPLATE.copy()
-        row["connection_id"] = self.connection_id
-        row["direction"] = framer.direction
-        row["stream_offset"] = offset
-        row["ts_us"] = ts_us
-        row["dialect"] = self.dialect
-        row["frame_type"] = kind
-        row["channel"] = channel
-        row["size"] = size
-        return row
-
     def _method(self, row: dict, direction: str, channel: int, payload: memoryview, oob: bool = False) -> None:
         key, args, error = self.tables.decode_method(payload)
         meta = self.tables.methods.get(key) if key is not None else None
@@ -319,29 +228,6 @@ class Amqp091StreamDecoder:
         # skipped after a gap may start inside a start-ok, before the handshake ended
         return reason == "resync_skipped" and (self._secrets_end is None or offset < self._secrets_end)
 
-    def _internal_error(self, framer: DirectionFramer, exc: Exception, ts_us: int) -> None:
-        self._internal_errors += 1
-        lost = framer.fed - framer.frame_bytes - framer.error_bytes
-        framer.pending, framer.chunks, framer.chunks_len, framer.region = b"", [], 0, None
-        framer.base = framer.expected
-        framer.mode = FOREIGN
-        framer._open_region(0, "internal_error", "the decoder failed; later bytes of this direction are kept raw")
-        framer.error_bytes += lost
-        self._errors.append(
-            {
-                "connection_id": self.connection_id,
-                "direction": framer.direction,
-                "stream_offset": framer.base - lost,
-                "length": lost,
-                "reason": "internal_error",
-                "detail": f"{type(exc).__name__}: {exc}",
-                "raw": None,
-                "raw_sha256": None,
-                "raw_length": lost,
-                "ts_us": ts_us,
-            }
-        )
-
 
 _FRAME_HANDLERS = {
     "method": Amqp091StreamDecoder._method,
@@ -357,10 +243,4 @@ _FRAME_HANDLERS = {
 
 def decode_streams(to_server: bytes = b"", to_client: bytes = b"", connection_id: str = "c", **options):
     """Decode two whole direction streams at once: ``(frames, errors, facts)`` (for tests and tools)."""
-    dec = Amqp091StreamDecoder(connection_id, **options)
-    if to_server:
-        dec.data(TO_SERVER, 0, 0, to_server)
-    if to_client:
-        dec.data(TO_CLIENT, 0, 0, to_client)
-    dec.close()
-    return dec.drain_frames(), dec.drain_errors(), dec.connection_facts()
+    return decode_both(Amqp091StreamDecoder, to_server, to_client, connection_id, **options)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from amqp_decode.detect import D1_0, D1_0_SASL, D1_0_TLS, describe, detect_protocol_header
 from amqp_decode.errors import DecodeError
-from amqp_decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionRecord
+from amqp_decode.streaming import StreamDecoderBase, decode_both
+from amqp_decode.tcp.records import TO_CLIENT, TO_SERVER
 from amqp_decode.v1_0.composites import NAMES, PERFORMATIVES, SASL_FRAMES, code_of, fields, to_json
 from amqp_decode.v1_0.facts import ConnectionFacts
 from amqp_decode.v1_0.framing import AMQP_FRAME, OPAQUE, SYNCED, DirectionFramer
@@ -38,13 +39,15 @@ _FRAME_TYPE_NAME = {0: "amqp", 1: "sasl"}
 _PEER = {TO_SERVER: "server", TO_CLIENT: "client"}  # whose max-frame-size limits frames in this direction
 
 
-class Amqp10StreamDecoder:
+class Amqp10StreamDecoder(StreamDecoderBase):
     """Decode one AMQP 1.0 connection from its two byte streams.
 
     Options: ``max_frame_size`` (hard cap on any frame), ``resync_max_frame``,
     ``max_error_bytes``, ``body_prefix_bytes`` (keep the first N body bytes of each
     message, default 0), ``redact`` (default True) and ``redaction_key``.
     """
+
+    FRAME_TEMPLATE = FRAME_TEMPLATE
 
     def __init__(
         self,
@@ -57,81 +60,20 @@ class Amqp10StreamDecoder:
         redact: bool = True,
         redaction_key: bytes | None = None,
     ) -> None:
-        self.connection_id = connection_id
+        self._messages = {d: MessageTracker(body_prefix_bytes) for d in (TO_SERVER, TO_CLIENT)}
+        self._init_streams(connection_id, {d: DirectionFramer(d, self, max_error_bytes) for d in (TO_SERVER, TO_CLIENT)}, self._messages)
         self.dialect = D1_0
         self.max_frame_size = max_frame_size
         self.resync_max_frame = resync_max_frame
         self.redact = redact
         self._facts = ConnectionFacts(connection_id, redaction_key, redact)
-        self._frames: list[dict] = []
-        self._errors: list[dict] = []
-        self._framers = {d: DirectionFramer(d, self, max_error_bytes) for d in (TO_SERVER, TO_CLIENT)}
-        self._messages = {d: MessageTracker(body_prefix_bytes) for d in (TO_SERVER, TO_CLIENT)}
         self._layer: dict[str, str | None] = {TO_SERVER: None, TO_CLIENT: None}
-        self._frame_counts = {TO_SERVER: 0, TO_CLIENT: 0}
-        self._decode_errors = 0
-        self._internal_errors = 0
         self._secrets_end: int | None = None  # to_server offset after which no SASL frame follows
-        self._closed = False
-
-    # -- StreamConsumer ---------------------------------------------------------------------
-    def data(self, direction: str, offset: int, ts_us: int, data: bytes) -> None:
-        framer = self._framers.get(direction)
-        if framer is None or self._closed:
-            return
-        try:
-            framer.feed(offset, ts_us, data)
-        except Exception as exc:  # a decoder bug must not fail the task: keep the bytes as an error
-            self._internal_error(framer, exc, ts_us)
-
-    def gap(self, direction: str, offset: int, length: int, ts_us: int) -> None:
-        framer = self._framers.get(direction)
-        if framer is None or self._closed:
-            return
-        try:
-            framer.gap(offset, length, ts_us)
-            self._messages[direction].reset()
-        except Exception as exc:
-            self._internal_error(framer, exc, ts_us)
-
-    def close(self, connection: ConnectionRecord | None = None) -> None:
-        if self._closed:
-            return
-        for framer in self._framers.values():
-            try:
-                framer.close()
-            except Exception as exc:
-                self._internal_error(framer, exc, 0)
-        for tracker in self._messages.values():
-            tracker.reset()
-        if connection is not None:
-            self._facts.facts["transport_end_reason"] = connection.end_reason
-            self._facts.facts["transport_closed_by"] = connection.closed_by
-        self._closed = True
 
     # -- output -----------------------------------------------------------------------------
-    def drain_frames(self) -> list[dict]:
-        rows, self._frames = self._frames, []
-        return rows
-
-    def drain_errors(self) -> list[dict]:
-        rows, self._errors = self._errors, []
-        return rows
-
-    def connection_facts(self) -> dict:
-        out = dict(self._facts.facts)
-        for d, framer in self._framers.items():
-            out[f"stream_bytes_{d}"] = framer.fed
-            out[f"frame_bytes_{d}"] = framer.frame_bytes
-            out[f"error_bytes_{d}"] = framer.error_bytes
-            out[f"gap_bytes_{d}"] = framer.gap_bytes
-            out[f"frames_{d}"] = self._frame_counts[d]
-            out[f"messages_{d}"] = self._messages[d].completed
-            out[f"incomplete_messages_{d}"] = self._messages[d].abandoned + self._messages[d].open_messages
-            out[f"orphan_transfers_{d}"] = self._messages[d].orphans
-        out["frame_decode_errors"] = self._decode_errors
-        out["internal_errors"] = self._internal_errors
-        return out
+    def _direction_facts(self, out: dict, d: str) -> None:
+        super()._direction_facts(out, d)
+        out[f"orphan_transfers_{d}"] = self._messages[d].orphans
 
     # -- what the framers ask ---------------------------------------------------------------
     def frame_limit(self, direction: str) -> int:
@@ -165,7 +107,7 @@ class Amqp10StreamDecoder:
             self._secrets_end = offset + len(head)
         row = self._row(framer, offset, ts_us, "protocol_header", None, len(head))
         row["arguments_json"] = to_json(describe(head))
-        self._append(row, direction)
+        self._append(row)
         self._layer[direction] = _LAYER.get(name)
         if name in _LAYER:
             return (SYNCED,)
@@ -185,46 +127,9 @@ class Amqp10StreamDecoder:
             self._internal_errors += 1
         if row["decode_error"] is not None:
             self._decode_errors += 1
-        self._append(row, direction)
-
-    def on_error(self, framer: DirectionFramer, region) -> None:
-        raw = bytes(region.raw)
-        detail = region.detail
-        if self._may_hold_secret(framer.direction, region.offset, region.reason, raw):
-            raw = None
-            detail += " (raw bytes withheld: they may hold credentials)"
-        self._errors.append(
-            {
-                "connection_id": self.connection_id,
-                "direction": framer.direction,
-                "stream_offset": region.offset,
-                "length": region.length,
-                "reason": region.reason,
-                "detail": detail,
-                "raw": raw,
-                "raw_sha256": region.hasher.hexdigest(),
-                "raw_length": region.length,
-                "ts_us": region.ts_us,
-            }
-        )
+        self._append(row)
 
     # -- frames -----------------------------------------------------------------------------
-    def _row(self, framer, offset: int, ts_us: int, kind: str, channel, size: int) -> dict:
-        row = FRAME_TEMPLATE.copy()
-        row["connection_id"] = self.connection_id
-        row["direction"] = framer.direction
-        row["stream_offset"] = offset
-        row["ts_us"] = ts_us
-        row["dialect"] = D1_0
-        row["frame_type"] = kind
-        row["channel"] = channel
-        row["size"] = size
-        return row
-
-    def _append(self, row: dict, direction: str) -> None:
-        self._frames.append(row)
-        self._frame_counts[direction] += 1
-
     def _frame_body(self, row: dict, direction: str, ftype: int, channel: int, body: memoryview) -> None:
         if not len(body):
             if ftype == AMQP_FRAME:
@@ -291,38 +196,7 @@ class Amqp10StreamDecoder:
         # or a frame cut short): before the client's AMQP header, trust none
         return self._secrets_end is None or offset < self._secrets_end
 
-    def _internal_error(self, framer: DirectionFramer, exc: Exception, ts_us: int) -> None:
-        self._internal_errors += 1
-        lost = framer.fed - framer.frame_bytes - framer.error_bytes
-        framer.pending, framer.chunks, framer.chunks_len, framer.region = b"", [], 0, None
-        framer.base = framer.expected
-        framer.mode = OPAQUE
-        framer.opaque_reason = ("internal_error", "the decoder failed; later bytes of this direction are kept raw")
-        framer.error_bytes += lost
-        if lost <= 0:
-            return
-        self._errors.append(
-            {
-                "connection_id": self.connection_id,
-                "direction": framer.direction,
-                "stream_offset": framer.base - lost,
-                "length": lost,
-                "reason": "internal_error",
-                "detail": f"{type(exc).__name__}: {exc}",
-                "raw": None,
-                "raw_sha256": None,
-                "raw_length": lost,
-                "ts_us": ts_us,
-            }
-        )
-
 
 def decode_streams(to_server: bytes = b"", to_client: bytes = b"", connection_id: str = "c", **options):
     """Decode two whole direction streams at once: ``(frames, errors, facts)`` (for tests and tools)."""
-    dec = Amqp10StreamDecoder(connection_id, **options)
-    if to_server:
-        dec.data(TO_SERVER, 0, 0, to_server)
-    if to_client:
-        dec.data(TO_CLIENT, 0, 0, to_client)
-    dec.close()
-    return dec.drain_frames(), dec.drain_errors(), dec.connection_facts()
+    return decode_both(Amqp10StreamDecoder, to_server, to_client, connection_id, **options)

@@ -91,3 +91,28 @@ def test_rerun_is_a_no_op(lifecycled, spark):
     before = {t: store.version(t) for t in ("deliveries", "flow_events", "request_responses")}
     assert lifecycle.run(spark, c) == []
     assert {t: store.version(t) for t in before} == before
+
+
+def test_amqp10_rich_fixture_against_the_client_counts(lifecycled):
+    """RabbitMQ 3.10 + proton (tools/make_fixtures.py amqp10_rich): what the client counted while it ran."""
+    from pyspark.sql import functions as F
+
+    _, store, _ = lifecycled
+    full = json.loads((DATA / "broker" / "amqp10_rich.oracle.json").read_text())
+    o = full["client"]
+    sent, received = outcomes(store, "amqp10_rich", "to_broker"), outcomes(store, "amqp10_rich", "from_broker")
+    assert sent == {"presettled": o["published_presettled"], "accepted": o["accepted_by_broker"]}
+    assert sum(received.values()) == o["delivered"]
+    assert received.get("presettled") == o["delivered_settled"]
+    assert (received.get("accepted"), received.get("rejected"), received.get("released")) == (
+        o["accepted"], o["rejected"], o["released"])
+    cid = ingest_captures.capture_files([str(DATA / "broker" / "amqp10_rich.pcap")])[0].capture_id
+    frames = store.read("frames").where(F.col("capture_id") == cid)
+    big = [d["message_id"] for d in full["facts"]["deliveries"] if d["body_octets"] == 20000]
+    large = store.read("deliveries").where((F.col("capture_id") == cid) & F.col("message_id").isin(big)).collect()
+    # split by max-frame-size 4096, both ways; the amqp-value's own encoding (str32: 5 octets) counts in body_size
+    assert len(large) == 2 and all(len(d.frame_ids) == 5 and d.body_size == 20000 + 5 for d in large)
+    assert frames.where(F.col("drain")).count() >= o["drain_requests"]
+    conditions = {r.error_condition for r in frames.where(F.col("error_condition").isNotNull()).collect()}
+    expected = {e["condition"] for e in full["facts"]["local_errors"] + full["facts"]["remote_errors"]}
+    assert expected <= conditions

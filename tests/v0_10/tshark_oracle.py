@@ -9,32 +9,13 @@ the repeated ``amqp`` keys of several frames in one packet.
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 
+from tests.oracles.tshark_json import PREFS, available, packets  # noqa: F401  (available: the tests' skip)
+from tests.oracles.tshark_json import get as _get
+
 AMQP_PORT = 5672
-PREFS = ["-o", "tcp.reassemble_out_of_order:TRUE"]
 METHOD_FIELDS = ("connection", "session", "execution", "message", "tx", "dtx", "exchange", "queue", "file", "stream")
-
-
-def available() -> bool:
-    return shutil.which("tshark") is not None
-
-
-def _get(pairs, key):
-    for k, v in pairs:
-        if k == key:
-            return v
-    return None
-
-
-def _walk_amqp(pairs, out):
-    for k, v in pairs:
-        if k == "amqp" and isinstance(v, list):
-            out.append(v)
-        elif isinstance(v, list) and v and isinstance(v[0], tuple):
-            _walk_amqp(v, out)
 
 
 def _int(v):
@@ -61,16 +42,9 @@ def _frame(amqp) -> tuple | None:
 def frames(pcap: str) -> tuple[dict, str]:
     """``({direction: [entry, ...]}, tshark's stderr)`` for a one-connection capture."""
     proc = subprocess.run(["tshark", "-r", pcap, *PREFS, "-T", "json", "-J", "tcp amqp"], capture_output=True, text=True)
-    packets = json.loads(proc.stdout, object_pairs_hook=lambda pairs: pairs)
     result: dict = {"to_server": [], "to_client": []}
-    for pkt in packets:
-        layers = _get(_get(pkt, "_source"), "layers")
-        tcp = _get(layers, "tcp")
-        if tcp is None:
-            continue
+    for tcp, found in packets(proc.stdout):
         direction = "to_server" if int(_get(tcp, "tcp.dstport")) == AMQP_PORT else "to_client"
-        found: list = []
-        _walk_amqp(layers, found)
         for amqp in found:
             entry = _frame(amqp)
             if entry is not None:

@@ -9,17 +9,13 @@
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
 import subprocess
 
+from tests.oracles.tshark_json import PREFS, available, packets  # noqa: F401  (available: the tests' skip)
+from tests.oracles.tshark_json import get as _get
+
 AMQP_PORTS = (5672,)
-PREFS = ["-o", "tcp.reassemble_out_of_order:TRUE"]
-
-
-def available() -> bool:
-    return shutil.which("tshark") is not None
 
 
 def _run(args: list[str]) -> str:
@@ -52,25 +48,6 @@ def follow(pcap: str, stream: int) -> dict:
     }
 
 
-def _pairs(pairs):
-    return pairs  # keep every key, repeated ones included
-
-
-def _get(pairs, key):
-    for k, v in pairs:
-        if k == key:
-            return v
-    return None
-
-
-def _walk_amqp(pairs, out):
-    for k, v in pairs:
-        if k == "amqp" and isinstance(v, list):
-            out.append(v)
-        elif isinstance(v, list) and v and isinstance(v[0], tuple):
-            _walk_amqp(v, out)
-
-
 def _int(v):
     return int(v) if v is not None else None
 
@@ -78,17 +55,10 @@ def _int(v):
 def frames(pcap: str) -> dict:
     """``{(stream, direction): [(channel, type, class, method, delivery_tag), ...]}``."""
     out = _run(["-r", pcap, *PREFS, "-T", "json", "-J", "tcp amqp"])
-    packets = json.loads(out, object_pairs_hook=_pairs)
     result: dict = {}
-    for pkt in packets:
-        layers = _get(_get(pkt, "_source"), "layers")
-        tcp = _get(layers, "tcp")
-        if tcp is None:
-            continue
+    for tcp, found in packets(out):
         stream = int(_get(tcp, "tcp.stream"))
         direction = "to_server" if int(_get(tcp, "tcp.dstport")) in AMQP_PORTS else "to_client"
-        found: list = []
-        _walk_amqp(layers, found)
         for amqp in found:
             ftype = _get(amqp, "amqp.type")
             if ftype is None:  # tshark 4.0 leaves the 0-9-1 protocol header undissected

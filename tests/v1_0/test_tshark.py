@@ -39,6 +39,7 @@ CAPTURES = [
     SHARED / "adverb_amqp10_hello_world_qpidd_ipv6.pcapng",
     SHARED / "amqpanalyze_amqp10_boolean_types.pcapng",
     ROOT / "tests" / "data" / "broker" / "amqp10_proton.pcap",
+    ROOT / "tests" / "data" / "broker" / "amqp10_rich.pcap",
     ROOT / "tests" / "data" / "demo" / "demo.pcap",
 ]
 HEADERS_1_0 = {"414d515000010000", "414d515003010000", "414d515002010000"}

@@ -11,36 +11,17 @@ with a hook that keeps the repeated ``amqp`` keys of several frames per packet.
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 
+from tests.oracles.tshark_json import PREFS, available, packets  # noqa: F401  (available: the tests' skip)
+from tests.oracles.tshark_json import get as _get
+
 AMQP_PORTS = (5672,)
-PREFS = ["-o", "tcp.reassemble_out_of_order:TRUE"]
 ARG = "amqp.performative.arguments."
-
-
-def available() -> bool:
-    return shutil.which("tshark") is not None
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(["tshark", *args], capture_output=True, text=True)
-
-
-def _get(pairs, key):
-    for k, v in pairs:
-        if k == key:
-            return v
-    return None
-
-
-def _walk_amqp(pairs, out):
-    for k, v in pairs:
-        if k == "amqp" and isinstance(v, list):
-            out.append(v)
-        elif isinstance(v, list) and v and isinstance(v[0], tuple):
-            _walk_amqp(v, out)
 
 
 def _int(v):
@@ -76,17 +57,10 @@ def _frame(amqp) -> tuple | None:
 def frames(pcap: str) -> tuple[dict, str]:
     """``({(client_port, direction): [entry, ...]}, tshark's stderr)``."""
     proc = _run(["-r", pcap, *PREFS, "-T", "json", "-J", "tcp amqp"])
-    packets = json.loads(proc.stdout, object_pairs_hook=lambda pairs: pairs)
     result: dict = {}
-    for pkt in packets:
-        layers = _get(_get(pkt, "_source"), "layers")
-        tcp = _get(layers, "tcp")
-        if tcp is None:
-            continue
+    for tcp, found in packets(proc.stdout):
         src, dst = int(_get(tcp, "tcp.srcport")), int(_get(tcp, "tcp.dstport"))
         key = (src, "to_server") if dst in AMQP_PORTS else (dst, "to_client")
-        found: list = []
-        _walk_amqp(layers, found)
         for amqp in found:
             entry, flags = _frame(amqp)
             if entry is not None:
