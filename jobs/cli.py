@@ -34,10 +34,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     _common(sub.add_parser("ingest-captures", help="captures -> captures, connections, decode_errors"), inputs=True)
-    _common(sub.add_parser("run", help="every stage in order"), inputs=True)
+    _common(sub.add_parser("run", help="every stage in order: ingest-captures, lifecycle, metrics, report"), inputs=True)
     lc = sub.add_parser("lifecycle", help="frames -> deliveries, flow_events, request_responses")
     _common(lc, inputs=False)
     lc.add_argument("--capture-id", action="append", help="only these captures (default: every capture in the lake)")
+    mt = sub.add_parser("metrics", help="lifecycle tables -> metrics_latency, metrics_settlement, metrics_flow, metrics_errors")
+    _common(mt, inputs=False)
+    mt.add_argument("--capture-id", action="append", help="only these captures (default: every capture in the lake)")
+    rp = sub.add_parser("report", help="write the HTML report (PNG plots, top-N tables) of the lake")
+    _common(rp, inputs=False)
+    rp.add_argument("--out", metavar="DIR", help="report folder (config report.out)")
     _common(sub.add_parser("demo", help="run the pipeline on the bundled demo capture and print a summary"), inputs=False)
     summary = sub.add_parser("summary", help="print what the lake holds")
     _common(summary, inputs=False)
@@ -48,19 +54,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False):
-    from jobs import ingest_captures, lifecycle
+    """Every stage in order; returns the report page (None with only_ingest)."""
+    from jobs import ingest_captures, lifecycle, metrics, report
 
     t0 = time.monotonic()
     result = ingest_captures.run(spark, conf, inputs, run_id=run_id)
     print(f"ingest-captures: {len(result.captures)} capture(s) written, {len(result.skipped)} already done "
           f"({time.monotonic() - t0:.1f}s)")
     if only_ingest:
-        return result
+        return None
     t0 = time.monotonic()
     ids = [c["capture_id"] for c in result.captures] + result.skipped
     done = lifecycle.run(spark, conf, ids, run_id=run_id)
     print(f"lifecycle: {len(done)} capture(s) written ({time.monotonic() - t0:.1f}s)")
-    return result
+    t0 = time.monotonic()
+    done = metrics.run(spark, conf, ids, run_id=run_id)
+    print(f"metrics: {len(done)} capture(s) written ({time.monotonic() - t0:.1f}s)")
+    t0 = time.monotonic()
+    page = report.run(spark, conf)
+    print(f"report: {page} ({time.monotonic() - t0:.1f}s)")
+    return page
 
 
 def print_summary(spark, conf, out=sys.stdout) -> None:
@@ -143,12 +156,22 @@ def dispatch(args) -> int:
 
             done = lifecycle.run(spark, conf, args.capture_id, run_id=args.run_id)
             print(f"lifecycle: {len(done)} capture(s) written")
+        elif args.command == "metrics":
+            from jobs import metrics
+
+            done = metrics.run(spark, conf, args.capture_id, run_id=args.run_id)
+            print(f"metrics: {len(done)} capture(s) written")
+        elif args.command == "report":
+            from jobs import report
+
+            print(f"report: {report.run(spark, conf, args.out)}")
         elif args.command == "demo":
             if not DEMO_CAPTURE.exists():
                 print(f"amqplens: the demo capture {DEMO_CAPTURE} is missing", file=sys.stderr)
                 return 1
-            _run_stages(spark, conf, [str(DEMO_CAPTURE)], args.run_id)
+            page = _run_stages(spark, conf, [str(DEMO_CAPTURE)], args.run_id)
             print_summary(spark, conf)
+            print(f"\nreport: {page}")
         elif args.command == "summary":
             print_summary(spark, conf)
         elif args.command == "vacuum":

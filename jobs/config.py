@@ -116,6 +116,21 @@ def _size() -> Rule:
     return Rule("a size in bytes, optionally with a unit: 128m, 64k, 1g", check)
 
 
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration() -> Rule:
+    def check(v):
+        if isinstance(v, bool):
+            raise ValueError
+        m = re.fullmatch(r"\s*(\d+)\s*([smhd]?)\s*", str(v))
+        if not m or int(m.group(1)) < 1:
+            raise ValueError
+        return int(m.group(1)) * _SECONDS[m.group(2) or "s"]
+
+    return Rule("a duration of at least 1 second: 30s, 1m, 5m, 1h (a bare number is seconds)", check)
+
+
 def _spark_extra() -> Rule:
     def check(v):
         if not isinstance(v, dict) or not all(isinstance(k, str) and k.startswith("spark.") for k in v):
@@ -145,7 +160,11 @@ SPEC: dict[str, Rule] = {
     "decode.max_error_bytes": _int(0),
     "decode.body_prefix_bytes": _int(0),
     "decode.field_table_letters": _choice("rabbitmq", "spec"),
+    "metrics.bucket": _duration(),
+    "metrics.exact_percentile_max_rows": _int(1),
     "report.out": _str(),
+    "report.top_n": _int(1),
+    "report.busiest": _int(1),
 }
 
 

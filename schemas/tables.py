@@ -367,3 +367,6 @@ REQUEST_RESPONSES = Table(
 ALL_TABLES: dict[str, Table] = {
     t.name: t for t in (CAPTURES, CONNECTIONS, FRAMES, DECODE_ERRORS, DELIVERIES, FLOW_EVENTS, REQUEST_RESPONSES)
 }
+from schemas.metrics import METRIC_TABLES  # noqa: E402  (metrics.py imports the shared columns above)
+
+ALL_TABLES.update({t.name: t for t in METRIC_TABLES})

@@ -11,6 +11,7 @@ import pathlib
 import sys
 
 from schemas import ALL_TABLES
+from schemas.metrics import METRIC_DEFINITIONS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -22,8 +23,24 @@ Timestamps are UTC with microsecond precision.
 """
 
 
+METRICS_HEADER = """## Metric definitions
+
+What each `metric` (or `measure`) of the `metrics_*` tables means. Every metric row is about one time bucket
+(`metrics.bucket`, default 1 minute; `bucket_seconds = 0` is the whole capture) and one entity: the capture, a connection,
+a channel, a consumer tag, a 1.0 link or session, a queue, an exchange or a 1.0 address. Latencies are in microseconds,
+with exact percentiles for groups up to `metrics.exact_percentile_max_rows` values and `percentile_approx` beyond.
+"""
+
+
+def render_metric_definitions() -> str:
+    out = [METRICS_HEADER, "| table | metric | definition |", "| --- | --- | --- |"]
+    out += [f"| `{table}` | `{metric}` | {words} |" for table, metric, words in METRIC_DEFINITIONS]
+    return "\n".join(out) + "\n"
+
+
 def render() -> dict[pathlib.Path, str]:
-    out = {ROOT / "docs" / "tables.md": HEADER + "\n" + "\n".join(t.render_markdown() for t in ALL_TABLES.values())}
+    tables = "\n".join(t.render_markdown() for t in ALL_TABLES.values())
+    out = {ROOT / "docs" / "tables.md": HEADER + "\n" + tables + "\n" + render_metric_definitions()}
     for t in ALL_TABLES.values():
         out[ROOT / "schemas" / "golden" / f"{t.name}.txt"] = t.render_text()
     return out

@@ -4,7 +4,8 @@
 # PATH. Idempotent: does nothing when everything is already there.
 set -euo pipefail
 
-pkgs=(tshark tcpdump rabbitmq-server)
+# chromium: the report test opens the HTML report headless and takes a screenshot.
+pkgs=(tshark tcpdump rabbitmq-server chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")

@@ -1,0 +1,257 @@
+"""Job: lifecycle tables (+ connections, frames, decode_errors) -> metrics_latency, metrics_settlement, metrics_flow, metrics_errors.
+
+spark-submit jobs/metrics.py --lake DIR [--capture-id ID ...] [--config F] [--set k=v]
+
+Pure DataFrame -> DataFrame functions (``latency``, ``settlement``, ``flow``,
+``errors``) over the tables of the captures to do; ``run`` reads, calls them
+and writes through the TableStore, one unit per capture. The definitions of
+every metric are in schemas/metrics.py and docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import uuid
+
+from amqp_decode import __version__
+from jobs.config import Config
+from jobs.ingest_captures import conform
+from jobs.lake import TableStore
+from jobs.metrics_flow import flow
+from jobs.metrics_frame import Frame, add_row_id, with_buckets, with_entities
+from schemas.metrics import METRICS_ERRORS, METRICS_LATENCY, METRICS_SETTLEMENT
+
+log = logging.getLogger(__name__)
+JOB = "metrics"
+UNSETTLED_AT_CLOSE = ("unconfirmed_at_close", "unsettled_at_close", "requeued_on_close", "open_at_capture_end")
+
+
+def app_id(capture_id: str, decoder_version: str, conf: Config) -> str:
+    return (f"amqplens/{JOB}/{capture_id}/{decoder_version}/{__version__}"
+            f"+b{conf['metrics.bucket']}e{conf['metrics.exact_percentile_max_rows']}")
+
+
+# ------------------------------------------------------------------ entities
+def _delivery_entities(F):
+    """(kind, name, connection, channel) of every entity a delivery row counts for."""
+    conn, ch = F.col("connection_id"), F.col("channel")
+    name = lambda *parts: F.concat_ws("/", *parts)  # noqa: E731
+    ten = F.col("dialect") == "1.0"
+    return [
+        ("connection", conn, conn, None),
+        ("channel", name(conn, ch), conn, ch),
+        ("consumer", F.when(F.col("consumer_tag").isNotNull(), name(conn, ch, "consumer_tag")), conn, ch),
+        ("link", F.when(F.col("link_name").isNotNull(), name(conn, ch, "link_name")), conn, ch),
+        ("queue", F.when(~ten, F.col("queue")), None, None),
+        ("address", F.when(ten, F.col("queue")), None, None),
+        ("exchange", F.when(F.col("exchange") == "", F.lit("(default)")).otherwise(F.col("exchange")), None, None),
+    ]
+
+
+def deliveries_with_queue(deliveries, frames):
+    """0-9-1 deliveries to a consumer carry no queue: take it from the consumer's basic.consume."""
+    from pyspark.sql import functions as F
+
+    consumes = (
+        frames.where((F.col("class_name") == "basic") & (F.col("method_name") == "consume") & F.col("consumer_tag").isNotNull()
+                     & (F.col("consumer_tag") != ""))
+        .groupBy("connection_id", "consumer_tag").agg(F.first("queue").alias("consume_queue"))
+    )
+    return (deliveries.join(consumes, ["connection_id", "consumer_tag"], "left")
+            .withColumn("queue", F.coalesce("queue", "consume_queue")).drop("consume_queue"))
+
+
+# ------------------------------------------------------------------- latency
+def _latency_sources(deliveries, requests, connections, frames):
+    """One row per measured thing: ts (bucket), dialect, metric, direction, method, value_us, entity columns."""
+    from pyspark.sql import functions as F
+
+    d = deliveries
+    settle_metric = (F.when((F.col("method") == "publish") & (F.col("settle_mode") == "confirm"), "publish_confirm")
+                     .when(F.col("method").isin("deliver", "get-ok") & (F.col("settle_mode") != "auto_ack"), "deliver_settle")
+                     .when((F.col("method") == "transfer") & (F.col("outcome") != "presettled"), "transfer_settle"))
+    settles = with_entities(
+        d.withColumn("metric", settle_metric).where(F.col("metric").isNotNull())
+        .select("capture_id", F.col("sent_ts").alias("ts"), "dialect", "metric", "direction", "method",
+                F.col("settle_latency_us").alias("value_us"), "connection_id", "channel", "consumer_tag", "link_name",
+                "queue", "exchange"),
+        _delivery_entities(F))
+
+    pubs = d.where(F.col("direction") == "to_broker").select(
+        "capture_id", F.col("message_id").alias("p_mid"), F.col("body_sha256").alias("p_sha"),
+        F.col("exchange").alias("p_ex"), F.col("routing_key").alias("p_rk"), F.col("sent_ts").alias("p_ts"))
+    dels = d.where(F.col("direction") == "from_broker")
+    by_id = dels.where(F.col("message_id").isNotNull()).join(
+        pubs, (dels.capture_id == pubs.capture_id) & (dels.message_id == pubs.p_mid) & (pubs.p_ts <= dels.sent_ts), "left")
+    nid = dels.where(F.col("message_id").isNull())
+    by_body = nid.join(
+        pubs.where(F.col("p_mid").isNull()),
+        (nid.capture_id == pubs.capture_id) & (nid.body_sha256 == pubs.p_sha) & (nid.exchange == pubs.p_ex)
+        & (nid.routing_key == pubs.p_rk) & (pubs.p_ts <= nid.sent_ts), "left")
+    e2e = (
+        by_id.drop(pubs.capture_id).unionByName(by_body.drop(pubs.capture_id))
+        .groupBy(*[c for c in dels.columns]).agg(F.max("p_ts").alias("p_ts"))
+        .select("capture_id", F.col("sent_ts").alias("ts"), "dialect", F.lit("end_to_end").alias("metric"),
+                F.lit(None).cast("string").alias("direction"), "method",
+                (F.unix_micros("sent_ts") - F.unix_micros("p_ts")).alias("value_us"),
+                "connection_id", "channel", "consumer_tag", "link_name", "queue", "exchange")
+    )
+    e2e = with_entities(e2e, _delivery_entities(F))
+
+    conn, ch = F.col("connection_id"), F.col("channel")
+    rr = with_entities(
+        requests.select("capture_id", F.col("request_ts").alias("ts"), "dialect", F.lit("request_response").alias("metric"),
+                        F.lit(None).cast("string").alias("direction"), F.col("request").alias("method"),
+                        F.col("latency_us").alias("value_us"), "connection_id", "channel"),
+        [("connection", conn, conn, None), ("channel", F.concat_ws("/", conn, ch), conn, ch)])
+
+    open_ok = (
+        frames.where(((F.col("class_name") == "connection") & (F.col("method_name") == "open-ok"))
+                     | ((F.col("performative") == "open") & (F.col("direction") == "to_client")))
+        .groupBy("connection_id").agg(F.min("ts").alias("open_ok_ts"))
+    )
+    c = connections.join(open_ok, "connection_id", "left")
+    hs = lambda metric, value: c.select(  # noqa: E731
+        "capture_id", F.col("start_ts").alias("ts"), "dialect", F.lit(metric).alias("metric"),
+        F.lit(None).cast("string").alias("direction"), F.lit(None).cast("string").alias("method"),
+        value.alias("value_us"), "connection_id")
+    amqp_hs = F.when(F.col("syn_seen") & F.col("open_ok_ts").isNotNull(),
+                     F.unix_micros("open_ok_ts") - F.unix_micros("start_ts"))
+    conns = with_entities(
+        hs("tcp_handshake", F.col("handshake_rtt_us")).unionByName(
+            hs("amqp_handshake", amqp_hs).where(F.col("dialect").isNotNull())),
+        [("connection", conn, conn, None)])
+    cols = ["capture_id", "ts", "dialect", "metric", "direction", "method", "value_us", "entity_kind", "entity", "connection_id", "channel"]
+    return settles.select(cols).unionByName(e2e.select(cols)).unionByName(rr.select(cols)).unionByName(conns.select(cols))
+
+
+def latency(deliveries, requests, connections, frames, caps, bucket_s: int, exact_max: int):
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    keys = [*Frame.KEYS, "metric", "direction", "method"]
+    rows = with_buckets(_latency_sources(deliveries, requests, connections, frames), caps, bucket_s)
+    # Both branches read the same rows: materialise them once (the end-to-end joins are the costly part).
+    rows = rows.withColumn("n", F.count("value_us").over(Window.partitionBy(*keys))).localCheckpoint()
+    common = [F.count("value_us").alias("count"), F.sum(F.col("value_us").isNull().cast("long")).alias("missing"),
+              F.avg("value_us").alias("mean_us"), F.max("value_us").alias("max_us")]
+    exact = rows.where(F.col("n") <= exact_max).groupBy(*keys).agg(
+        *common, F.expr("percentile(value_us, array(0.5, 0.9, 0.99))").alias("p"), F.lit(True).alias("exact"))
+    approx = rows.where(F.col("n") > exact_max).groupBy(*keys).agg(
+        *common, F.expr("percentile_approx(value_us, array(0.5, 0.9, 0.99), 10000)").cast("array<double>").alias("p"),
+        F.lit(False).alias("exact"))
+    out = exact.unionByName(approx)
+    out = out.select("*", *[F.col("p")[i].alias(name) for i, name in enumerate(("p50_us", "p90_us", "p99_us"))]).drop("p")
+    return conform(add_row_id(out, keys), METRICS_LATENCY)
+
+
+# ---------------------------------------------------------------- settlement
+def settlement(deliveries, caps, bucket_s: int):
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    measures = F.array(
+        F.struct(F.lit("outcome").alias("measure"), F.col("outcome").alias("value"), F.lit(1).alias("w")),
+        F.struct(F.lit("settle_mode").alias("measure"), F.coalesce("settle_mode", F.lit("unknown")).alias("value"),
+                 F.lit(1).alias("w")),
+        F.struct(F.lit("redelivered").alias("measure"), F.lit("true").alias("value"),
+                 F.coalesce("redelivered", F.lit(False)).cast("int").alias("w")),
+        F.struct(F.lit("unsettled_at_close").alias("measure"), F.lit("true").alias("value"),
+                 F.col("outcome").isin(*UNSETTLED_AT_CLOSE).cast("int").alias("w")),
+    )
+    rows = with_entities(
+        deliveries.select("capture_id", F.col("sent_ts").alias("ts"), "dialect", "direction", "connection_id", "channel",
+                          "consumer_tag", "link_name", "queue", "exchange", "outcome", "settle_mode", "redelivered"),
+        _delivery_entities(F))
+    rows = with_buckets(rows, caps, bucket_s).select("*", F.explode(measures).alias("m")).select("*", "m.*")
+    group = [*Frame.KEYS, "direction"]
+    keys = [*group, "measure", "value"]
+    out = rows.groupBy(*keys).agg(F.sum("w").cast("long").alias("count"), F.count("*").alias("rows"))
+    out = out.withColumn("messages", F.max(F.when(F.col("measure") == "redelivered", F.col("rows"))).over(Window.partitionBy(*group)))
+    out = out.withColumn("rate", F.col("count") / F.col("messages"))
+    return conform(add_row_id(out, keys), METRICS_SETTLEMENT)
+
+
+# -------------------------------------------------------------------- errors
+def errors(frames, decode_errors, caps, bucket_s: int):
+    from pyspark.sql import functions as F
+
+    conn, ch = F.col("connection_id"), F.col("channel")
+    is_close = F.col("method_name") == "close"
+    kind = (F.when((F.col("class_name") == "channel") & is_close, "channel_exception")
+            .when((F.col("class_name") == "connection") & is_close, "connection_exception")
+            .when(F.col("performative") == "detach", "link_error")
+            .when(F.col("performative") == "end", "session_error")
+            .when(F.col("performative") == "close", "connection_error"))
+    closes = (
+        frames.withColumn("kind", kind)
+        .where(F.col("kind").isNotNull() & ((F.col("reply_code").isNotNull() & (F.col("reply_code") != 200))
+                                            | F.col("error_condition").isNotNull()))
+        .select("capture_id", "ts", "dialect", "kind", "connection_id", "channel",
+                F.when(F.col("direction") == "to_client", "broker").otherwise("client").alias("raised_by"),
+                F.col("reply_code").alias("code"),
+                F.coalesce("error_condition", F.split(F.coalesce("reply_text", F.lit("")), " - ")[0]).alias("condition"))
+    )
+    bad_frames = frames.where(F.col("decode_error").isNotNull()).select(
+        "capture_id", "ts", "dialect", F.lit("decode_error").alias("kind"), "connection_id", "channel",
+        F.lit(None).cast("string").alias("raised_by"), F.lit(None).cast("int").alias("code"),
+        F.concat(F.lit("frame:"), F.split("decode_error", ":")[0]).alias("condition"))
+    first_ts = caps.select("capture_id", F.col("first_ts").alias("cap_ts"))
+    decode = decode_errors.join(F.broadcast(first_ts), "capture_id").select(
+        "capture_id", F.coalesce("ts", "cap_ts", F.timestamp_micros(F.lit(0))).alias("ts"),
+        F.lit(None).cast("string").alias("dialect"), F.lit("decode_error").alias("kind"), "connection_id",
+        F.lit(None).cast("int").alias("channel"), F.lit(None).cast("string").alias("raised_by"),
+        F.lit(None).cast("int").alias("code"), F.concat_ws(":", "stage", "reason").alias("condition"))
+    rows = with_entities(
+        closes.unionByName(bad_frames).unionByName(decode),
+        [("connection", conn, conn, None),
+         ("channel", F.when(F.col("kind") == "channel_exception", F.concat_ws("/", conn, ch)), conn, ch)])
+    keys = [*Frame.KEYS, "kind", "raised_by", "code", "condition"]
+    out = with_buckets(rows, caps, bucket_s).groupBy(*keys).agg(F.count("*").alias("count"))
+    return conform(add_row_id(out, keys), METRICS_ERRORS)
+
+
+# ----------------------------------------------------------------------- job
+def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> list[str]:
+    """Build the metric tables for the given captures (default: every capture in the lake). Returns those done now."""
+    from pyspark.sql import functions as F
+
+    run_id = run_id or uuid.uuid4().hex[:12]
+    store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
+    caps = store.read("captures").select("capture_id", "capture_date", "first_ts", "decoder_version")
+    if capture_ids is not None:
+        caps = caps.where(F.col("capture_id").isin(list(capture_ids)))
+    units = {c.capture_id: app_id(c.capture_id, c.decoder_version, conf) for c in caps.collect()}
+    pending = {cid: a for cid, a in units.items() if not store.committed("metrics_errors", a)}
+    if not pending:
+        return []
+    caps = F.broadcast(caps.where(F.col("capture_id").isin(list(pending))).drop("decoder_version").cache())
+    read = lambda name: store.read(name).where(F.col("capture_id").isin(list(pending)))  # noqa: E731
+    frames = read("frames").cache()
+    deliveries = deliveries_with_queue(read("deliveries"), frames).cache()
+    connections = read("connections")
+    bucket_s, exact_max = conf["metrics.bucket"], conf["metrics.exact_percentile_max_rows"]
+    tables = (
+        ("metrics_latency", latency(deliveries, read("request_responses"), connections, frames, caps, bucket_s, exact_max)),
+        ("metrics_settlement", settlement(deliveries, caps, bucket_s)),
+        ("metrics_flow", flow(read("flow_events"), connections, frames, caps, bucket_s)),
+        ("metrics_errors", errors(frames, read("decode_errors"), caps, bucket_s)),  # last: its transaction marks the capture done
+    )
+    try:
+        for name, df in tables:
+            store.write(name, df, units=pending, run_id=run_id)
+    finally:
+        frames.unpersist()
+        deliveries.unpersist()
+    return list(pending)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from jobs.cli import job_main
+
+    return job_main(JOB, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
