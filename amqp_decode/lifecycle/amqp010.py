@@ -35,13 +35,12 @@ inside a transaction settles at once.
 
 from __future__ import annotations
 
-import json
 
 from amqp_decode.lifecycle.amqp010_flow import FlowTracker
 from amqp_decode.lifecycle.amqp010_requests import Requests010
 from amqp_decode.lifecycle.amqp10 import M32
 from amqp_decode.lifecycle.machines import SETTLES_0_10, TRANSFER_0_10
-from amqp_decode.lifecycle.records import FROM_BROKER, TO_BROKER, Delivery, Output, flow_row
+from amqp_decode.lifecycle.records import FROM_BROKER, TO_BROKER, frame_arg as _arg, Delivery, Output, flow_row
 from amqp_decode.lifecycle.seqsets import members, parse_ranges
 from amqp_decode.v0_10 import spec
 
@@ -60,14 +59,6 @@ class Lane:
         self.next_id: int | None = None
         self.command: tuple | None = None  # (command id, first frame id, first ts) of the open command segment
         self.open: Delivery | None = None
-
-
-def _arg(f: dict, name: str):
-    try:
-        args = json.loads(f.get("arguments_json") or "{}")
-    except ValueError:
-        return None
-    return args.get(name) if isinstance(args, dict) else None
 
 
 class Connection010:

@@ -48,11 +48,10 @@ close; the first of a pair is the request; an answer with an error is status
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 
 from amqp_decode.lifecycle.machines import ENDPOINT, REQUEST, TRANSFER
-from amqp_decode.lifecycle.records import FROM_BROKER, TO_BROKER, Delivery, Output, Request, flow_row
+from amqp_decode.lifecycle.records import FROM_BROKER, TO_BROKER, frame_arg as _arg, Delivery, Output, Request, flow_row
 
 OTHER = {"to_server": "to_client", "to_client": "to_server"}
 WORD = {"to_server": TO_BROKER, "to_client": FROM_BROKER}
@@ -94,14 +93,6 @@ class Session:
         self.outstanding = {"to_server": OrderedDict(), "to_client": OrderedDict()}  # sender direction -> id -> delivery
         self.next_id: dict[str, int] = {}
         self.win = {"to_server": Window(), "to_client": Window()}
-
-
-def _arg(f: dict, name: str):
-    try:
-        args = json.loads(f.get("arguments_json") or "{}")
-    except ValueError:
-        return None
-    return args.get(name) if isinstance(args, dict) else None
 
 
 class Connection10:

@@ -50,6 +50,15 @@ _FLOW_TEMPLATE = dict.fromkeys(FLOW_EVENT_KEYS)
 _RR_TEMPLATE = dict.fromkeys(REQUEST_RESPONSE_KEYS)
 
 
+def frame_arg(f: dict, name: str):
+    """One decoded argument of a frame row, from its arguments_json (None if absent or unreadable)."""
+    try:
+        args = json.loads(f.get("arguments_json") or "{}")
+    except ValueError:
+        return None
+    return args.get(name) if isinstance(args, dict) else None
+
+
 def frame_id_of(row: dict) -> str:
     """The frames table's key, when a row does not carry it (as jobs/ingest_captures.py builds it)."""
     fid = row.get("frame_id")
