@@ -34,7 +34,8 @@ docs: $(STAMP)
 
 dist: $(STAMP)
 	$(PY) -m pip wheel -q --no-deps -w dist .
-	cd . && zip -qr dist/amqplens-py-files.zip amqp_decode jobs schemas -x '*/__pycache__/*'
+	$(PY) -c "import pathlib, zipfile; z = zipfile.ZipFile('dist/amqplens-py-files.zip', 'w', zipfile.ZIP_DEFLATED); \
+	  [z.write(p) for d in ('amqp_decode', 'jobs', 'schemas') for p in sorted(pathlib.Path(d).rglob('*')) if p.is_file() and '__pycache__' not in p.parts]; z.close()"
 
 clean:
 	rm -rf lake report dist build *.egg-info bench-out
