@@ -10,7 +10,8 @@ from jobs import ingest_captures, lifecycle, metrics
 from jobs.lake import TableStore
 from tests.conftest import DATA
 
-CAPTURES = sorted(glob.glob(str(DATA / "broker" / "*.pcap"))) + [str(DATA / "demo" / "demo.pcap")]
+CAPTURES = (sorted(glob.glob(str(DATA / "broker" / "*.pcap"))) + [str(DATA / "demo" / "demo.pcap")]
+            + sorted(glob.glob(str(DATA / "v0_10" / "*.pcap"))))
 
 
 @pytest.fixture(scope="session")
@@ -25,4 +26,6 @@ def metrics_lake(spark, conf, tmp_path_factory):
 
 def capture_id(name: str) -> str:
     path = DATA / "demo" / "demo.pcap" if name == "demo" else DATA / "broker" / f"{name}.pcap"
+    if name.startswith("v0_10/"):
+        path = DATA / f"{name}.pcap"
     return ingest_captures.capture_files([str(path)])[0].capture_id

@@ -292,3 +292,22 @@ def test_no_blocked_time_without_a_block(metrics_lake):
     assert all(r.value == 0 for r in whole(store, "metrics_flow", "publish_confirms", metric="blocked_us"))
     demo = {r.entity: r.value for r in whole(store, "metrics_flow", "demo", metric="blocked_us")}
     assert len([v for v in demo.values() if v > 0]) >= 2  # the memory alarm blocked every publisher of the demo for a moment
+
+
+def test_amqp010_transfer_to_accept_latency_by_hand(metrics_lake):
+    """0-10 (tests/data/v0_10/publish_consume.pcap): the broker's message.transfer, settled by the client's
+    message.accept whose id set covers its command id."""
+    _, store, _ = metrics_lake
+    name = "v0_10/publish_consume"
+    fs = frames(store, name, "class_name = 'message' and method_name in ('transfer', 'accept')")
+    sent, lat = {}, []
+    for f in fs:
+        if f.method_name == "transfer" and f.direction == "to_client":
+            sent.setdefault(f.command_id, us(f.ts))  # the command's first frame
+        elif f.method_name == "accept" and f.direction == "to_server" and f.transfers_json:
+            for lo, hi in json.loads(f.transfers_json):
+                lat += [us(f.ts) - sent.pop(i) for i in list(sent) if lo <= i <= hi]
+    assert lat
+    (r,) = whole(store, "metrics_latency", name, entity_kind="capture", metric="transfer_settle", dialect="0-10",
+                 direction="from_broker")
+    assert (r["count"], r.max_us) == (len(lat), max(lat))
