@@ -163,7 +163,6 @@ def read_splits(batches: Iterable[pa.RecordBatch], options: Options = Options())
                 split["path"], split["capture_id"], split["start"], split["end"],
                 batch_rows=options.batch_rows, max_error_bytes=options.max_error_bytes,
             )
-            n = 0
             for cols in reader:
                 n = len(cols["record_offset"])
                 if n:

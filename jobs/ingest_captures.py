@@ -11,6 +11,7 @@ row marks a capture as done.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime as dt
 import functools
@@ -148,8 +149,9 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
         store.write("decode_errors", errors, units=units, run_id=run_id)
 
         counts = _counts(flows)
+        n_splits = collections.Counter(row[0] for row in split_rows)
         capture_rows = [_capture_row(f, per_capture.get(f.capture_id), dates[f.capture_id], counts.get(f.capture_id, {}),
-                                     run_id, fp, conf) for f in todo]
+                                     n_splits[f.capture_id], run_id, fp) for f in todo]
         captures_df = spark.createDataFrame(capture_rows, CAPTURES.spark_schema())
         store.write("captures", captures_df, units=units, run_id=run_id)
     finally:
@@ -159,13 +161,9 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
 
 def _merge_stats(rows) -> dict[str, pipeline.SplitStats]:
     merged: dict[str, pipeline.SplitStats] = {}
-    splits: dict[str, int] = {}
     for row in rows:
         s = pipeline.stats_from_json(row["meta"])
         merged[row["capture_id"]] = merged[row["capture_id"]].merge(s) if row["capture_id"] in merged else s
-        splits[row["capture_id"]] = splits.get(row["capture_id"], 0) + 1
-    for cid, n in splits.items():
-        merged[cid].splits = n  # type: ignore[attr-defined]
     return merged
 
 
@@ -230,7 +228,7 @@ def _counts(flows) -> dict[str, dict]:
     return {r["capture_id"]: r.asDict() for r in rows}
 
 
-def _capture_row(f: CaptureFile, stats, date: dt.date, counts: dict, run_id: str, fp: str, conf: Config) -> dict:
+def _capture_row(f: CaptureFile, stats, date: dt.date, counts: dict, splits: int, run_id: str, fp: str) -> dict:
     def ts(us):
         return None if us is None else dt.datetime.fromtimestamp(us / 1e6, dt.timezone.utc)
 
@@ -255,7 +253,7 @@ def _capture_row(f: CaptureFile, stats, date: dt.date, counts: dict, run_id: str
         "size_bytes": f.size,
         "format": fmt,
         "link_types": sorted(stats.link_types) if stats else [],
-        "splits": getattr(stats, "splits", 0) if stats else 0,
+        "splits": splits,
         "packets_total": records,
         "packets_tcp": stats.tcp_packets if stats else 0,
         "packets_selected": counts.get("packets_selected") or 0,

@@ -77,9 +77,6 @@ class TableStore:
         except TableNotFoundError:
             return None
 
-    def exists(self, name: str) -> bool:
-        return DeltaTable.is_deltatable(self.uri(name))
-
     def version(self, name: str) -> int | None:
         dt = self.delta(name)
         return None if dt is None else dt.version()
