@@ -4,9 +4,17 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Airflow has its own venv: its Spark provider pulls pyspark-client (a second distribution of the
+# `pyspark` package, without the jars) and Airflow 3 brings SQLAlchemy 2.1, FastAPI and OpenTelemetry,
+# none of which belong in the interpreter the executors run. Its workers only launch spark-submit.
+AIRFLOW_VENV := .venv-airflow
+AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 BENCH_SIZE_MB ?= 100
+BENCH_SIZES ?=
+BENCH_ARGS ?=
+DIST ?= dist
 
-.PHONY: demo test test-fast bench dist docs clean java
+.PHONY: demo test test-fast bench dist docs clean java airflow
 
 java:
 	@command -v java >/dev/null 2>&1 || { echo "amqplens needs Java 17 for Spark: apt-get install -y openjdk-17-jre-headless (or set JAVA_HOME)"; exit 1; }
@@ -17,25 +25,35 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,notebooks]'
 	@touch $(STAMP)
 
+$(AIRFLOW_STAMP): pyproject.toml
+	@test -x $(AIRFLOW_VENV)/bin/python || $(PYTHON) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_VENV)/bin/python -m pip install -q --upgrade pip
+	$(AIRFLOW_VENV)/bin/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['airflow']))" > $(AIRFLOW_VENV)/requirements.txt
+	$(AIRFLOW_VENV)/bin/python -m pip install -q -r $(AIRFLOW_VENV)/requirements.txt
+	@touch $(AIRFLOW_STAMP)
+
+airflow: $(AIRFLOW_STAMP)
+
 demo: java $(STAMP)
 	$(VENV)/bin/amqplens demo --lake ./lake
 
-test: java $(STAMP)
+test: java $(STAMP) $(AIRFLOW_STAMP)
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not spark and not e2e"
 
 bench: java $(STAMP)
-	$(PY) -m tools.bench --size-mb $(BENCH_SIZE_MB)
+	$(PY) -m tools.bench $(if $(BENCH_SIZES),--sizes $(BENCH_SIZES),--size-mb $(BENCH_SIZE_MB)) $(BENCH_ARGS)
 
 docs: $(STAMP)
 	$(PY) -m tools.gen_table_docs
 
 dist: $(STAMP)
-	$(PY) -m pip wheel -q --no-deps -w dist .
-	$(PY) -c "import pathlib, zipfile; z = zipfile.ZipFile('dist/amqplens-py-files.zip', 'w', zipfile.ZIP_DEFLATED); \
-	  [z.write(p) for d in ('amqp_decode', 'jobs', 'schemas') for p in sorted(pathlib.Path(d).rglob('*')) if p.is_file() and '__pycache__' not in p.parts]; z.close()"
+	$(PY) -m pip wheel -q --no-deps -w $(DIST) .
+	$(PY) -c "import pathlib, zipfile; z = zipfile.ZipFile('$(DIST)/amqplens-py-files.zip', 'w', zipfile.ZIP_DEFLATED); \
+	  [z.write(p) for d in ('amqp_decode', 'jobs', 'schemas', 'conf') for p in sorted(pathlib.Path(d).rglob('*')) \
+	   if p.is_file() and '__pycache__' not in p.parts and p.name != 'local.yaml']; z.close()"
 
 clean:
 	rm -rf lake report dist build *.egg-info bench-out

@@ -13,6 +13,7 @@ import struct
 from collections.abc import Callable
 
 from amqp_decode import detect
+from amqp_decode.redaction import DEFAULT_REDACT_HEADERS, HeaderRedactor
 from amqp_decode.tcp.records import TO_SERVER, ConnectionRecord
 from amqp_decode.v0_9_1 import Amqp091StreamDecoder
 
@@ -27,6 +28,7 @@ class DecodeOptions:
     field_table_letters: str = "rabbitmq"
     max_error_bytes: int = 4096
     body_prefix_bytes: int = 0
+    redact_headers: tuple[str, ...] = DEFAULT_REDACT_HEADERS  # header/property names whose values are withheld
 
 
 def _v0_9_1(connection_id: str, dialect: str | None, o: DecodeOptions):
@@ -132,6 +134,7 @@ class DecodingConsumer:
         self._held: list[tuple] = []  # ("data"|"gap", args) until the codec is chosen
         self._head = b""
         self.detected: str | None = None  # the protocol header's dialect, if the client sent one
+        self._redactor = HeaderRedactor(options.redact_headers)
 
     def _choose(self, first: bytes | None) -> None:
         name = detect.detect_protocol_header(first) if first else None
@@ -173,7 +176,10 @@ class DecodingConsumer:
         self.on_close(self, connection)
 
     def drain_frames(self) -> list[dict]:
-        return self.codec.drain_frames() if self.codec is not None else []
+        rows = self.codec.drain_frames() if self.codec is not None else []
+        for row in rows:
+            self._redactor.row(row)
+        return rows
 
     def drain_errors(self) -> list[dict]:
         return self.codec.drain_errors() if self.codec is not None else []
@@ -184,4 +190,4 @@ class DecodingConsumer:
             facts["dialect"] = DIALECT_OF_HEADER.get(self.detected, self.detected)
         elif not any(facts.get(f"frame_bytes_{d}") for d in ("to_server", "to_client")):
             facts["dialect"] = None  # nothing decoded: the codec's default says nothing
-        return facts
+        return self._redactor.row(facts, [k for k in facts if k.endswith("_properties_json")])

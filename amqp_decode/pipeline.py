@@ -97,6 +97,7 @@ class Options:
     tls_ports: tuple[int, ...] = (5671,)
     sniff: bool = True
     max_ooo_bytes: int = 4 << 20
+    history_bytes: int = 256 << 10
     port_reuse_idle_s: int = 60
     max_error_bytes: int = 4096
     decode: bool = True  # run the AMQP codecs on the streams (False: transport only)
@@ -182,9 +183,33 @@ def read_splits(batches: Iterable[pa.RecordBatch], options: Options = Options())
 def to_struct_array(rows: list[dict], typ: pa.StructType) -> pa.Array:
     """Rows (dicts, extra keys ignored) as a struct array; values the type cannot hold become null."""
     try:
-        return pa.array(rows, type=typ)
+        return _struct_array(rows, typ)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         return pa.array([_coerce(r, typ) for r in rows], type=typ)
+
+
+def _struct_array(rows: list[dict], typ: pa.StructType) -> pa.Array:
+    """``pa.array(rows, typ)``, converting only the fields some row has (the others become null children).
+
+    The frames struct has the columns of every dialect and a codec's rows hold its own
+    third of them: looking up the absent ones row by row costs more than the rest.
+    """
+    present = set().union(*rows)
+    fields = [f for f in typ if f.name in present]
+    if len(fields) == typ.num_fields or not rows:
+        return pa.array(rows, type=typ)
+    some = pa.array(rows, type=pa.struct(fields))
+    n = len(rows)
+    children = [some.field(f.name) if f.name in present else pa.nulls(n, f.type) for f in typ]
+    return pa.StructArray.from_arrays(children, fields=list(typ))
+
+
+def _fits(v: int, typ: pa.DataType) -> bool:
+    """Whether the column's integer width holds ``v``: a field can carry a wider value than its column (a 1.0
+    channel-max sent as a uint, say); it becomes null, not a failed task."""
+    bits = typ.bit_width
+    lo, hi = (-(1 << bits - 1), 1 << bits - 1) if pa.types.is_signed_integer(typ) else (0, 1 << bits)
+    return lo <= v < hi
 
 
 def _coerce(row: dict, typ: pa.StructType) -> dict:
@@ -196,7 +221,7 @@ def _coerce(row: dict, typ: pa.StructType) -> dict:
         elif pa.types.is_boolean(field.type):
             out[field.name] = bool(v) if isinstance(v, (bool, int)) else None
         elif pa.types.is_integer(field.type):
-            out[field.name] = v if isinstance(v, int) and -(1 << 63) <= v < (1 << 63) else None
+            out[field.name] = v if isinstance(v, int) and _fits(v, field.type) else None
         elif pa.types.is_string(field.type):
             out[field.name] = v if isinstance(v, str) else str(v)
         elif pa.types.is_binary(field.type):
@@ -279,7 +304,7 @@ class _FlowDecoder:
         self.errors: list[dict] = []
         self.reassembler = TcpReassembler(
             capture_id, amqp_ports=options.amqp_ports, tls_ports=options.tls_ports, sniff=options.sniff,
-            max_ooo_bytes=options.max_ooo_bytes, reuse_idle_us=options.port_reuse_idle_s * 1_000_000,
+            max_ooo_bytes=options.max_ooo_bytes, history_bytes=options.history_bytes, reuse_idle_us=options.port_reuse_idle_s * 1_000_000,
             consumer_factory=self._consumer if options.decode else None,
         )
 

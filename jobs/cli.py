@@ -14,16 +14,20 @@ import time
 
 from jobs.config import ConfigError, add_config_arguments, config_from_args
 from jobs.inputs import InputError
+from jobs.validate import ValidationFailed
 
 DEMO_CAPTURE = pathlib.Path(__file__).resolve().parent / "data" / "demo.pcap"
 
 log = logging.getLogger("amqplens")
 
 
-def _common(p: argparse.ArgumentParser, *, inputs: bool) -> None:
+def _common(p: argparse.ArgumentParser, *, inputs: bool, logs: bool = False) -> None:
     if inputs:
-        p.add_argument("--input", nargs="+", required=True, metavar="PATH", help="capture files, folders or globs")
-        p.add_argument("--logs", nargs="*", default=[], metavar="PATH", help="broker logs (a later stage)")
+        p.add_argument("--input", nargs="+", required=not logs, default=[], metavar="PATH",
+                       help="capture files, folders or globs" + (" (--input, --logs or both)" if logs else ""))
+    if logs:
+        p.add_argument("--logs", nargs="+", required=not inputs, default=[], metavar="PATH",
+                       help="broker logs: RabbitMQ server logs, rabbitmq_tracing/firehose traces, Proton PN_TRACE_FRM traces")
     p.add_argument("--lake", metavar="DIR", help="lake root (config lake.root)")
     p.add_argument("--run-id", help="name this run (default: random)")
     add_config_arguments(p)
@@ -34,13 +38,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     _common(sub.add_parser("ingest-captures", help="captures -> captures, connections, decode_errors"), inputs=True)
-    _common(sub.add_parser("run", help="every stage in order: ingest-captures, lifecycle, metrics, report"), inputs=True)
+    _common(sub.add_parser("ingest-logs", help="broker logs -> broker_events, deliveries (trace), frames (trace_log), connections (log)"),
+            inputs=False, logs=True)
+    _common(sub.add_parser("run", help="every stage in order: ingest-captures, ingest-logs, lifecycle, metrics, validate, report"),
+            inputs=True, logs=True)
     lc = sub.add_parser("lifecycle", help="frames -> deliveries, flow_events, request_responses")
     _common(lc, inputs=False)
     lc.add_argument("--capture-id", action="append", help="only these captures (default: every capture in the lake)")
     mt = sub.add_parser("metrics", help="lifecycle tables -> metrics_latency, metrics_settlement, metrics_flow, metrics_errors")
     _common(mt, inputs=False)
     mt.add_argument("--capture-id", action="append", help="only these captures (default: every capture in the lake)")
+    va = sub.add_parser("validate", help="run the expectation suites on the tables; data docs and results in <lake>/_quality")
+    _common(va, inputs=False)
+    va.add_argument("--capture-id", action="append", help="only these captures (default: every capture in the lake)")
     rp = sub.add_parser("report", help="write the HTML report (PNG plots, top-N tables) of the lake")
     _common(rp, inputs=False)
     rp.add_argument("--out", metavar="DIR", help="report folder (config report.out)")
@@ -53,27 +63,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False):
+def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=()):
     """Every stage in order; returns the report page (None with only_ingest)."""
-    from jobs import ingest_captures, lifecycle, metrics, report
+    from jobs import ingest_captures, ingest_logs, lifecycle, metrics, report
 
-    t0 = time.monotonic()
-    result = ingest_captures.run(spark, conf, inputs, run_id=run_id)
-    print(f"ingest-captures: {len(result.captures)} capture(s) written, {len(result.skipped)} already done "
-          f"({time.monotonic() - t0:.1f}s)")
+    ids = []
+    if inputs:
+        t0 = time.monotonic()
+        result = ingest_captures.run(spark, conf, inputs, run_id=run_id)
+        print(f"ingest-captures: {len(result.captures)} capture(s) written, {len(result.skipped)} already done "
+              f"({time.monotonic() - t0:.1f}s)")
+        ids += [c["capture_id"] for c in result.captures] + result.skipped
+    if logs:  # after the captures (its events join their connections), before lifecycle (trace frames feed it)
+        t0 = time.monotonic()
+        done = ingest_logs.run(spark, conf, logs, run_id=run_id)
+        print(f"ingest-logs: {len(done.logs)} log(s) written, {len(done.skipped)} already done ({time.monotonic() - t0:.1f}s)")
+        ids += [r["capture_id"] for r in done.logs] + done.skipped
     if only_ingest:
         return None
     t0 = time.monotonic()
-    ids = [c["capture_id"] for c in result.captures] + result.skipped
     done = lifecycle.run(spark, conf, ids, run_id=run_id)
     print(f"lifecycle: {len(done)} capture(s) written ({time.monotonic() - t0:.1f}s)")
     t0 = time.monotonic()
     done = metrics.run(spark, conf, ids, run_id=run_id)
     print(f"metrics: {len(done)} capture(s) written ({time.monotonic() - t0:.1f}s)")
+    if conf["validate.enabled"]:
+        _validate(spark, conf, ids, run_id)
     t0 = time.monotonic()
     page = report.run(spark, conf)
     print(f"report: {page} ({time.monotonic() - t0:.1f}s)")
     return page
+
+
+def _validate(spark, conf, ids, run_id) -> None:
+    """The validate stage: prints its warnings; a critical failure raises ValidationFailed (the run stops)."""
+    from jobs import validate
+
+    t0 = time.monotonic()
+    summary = validate.run(spark, conf, ids, run_id=run_id)
+    print(f"validate: {len(summary['expectations'])} expectations on {len(summary['capture_ids'])} capture(s), "
+          f"{len(summary['warnings'])} warning(s) ({time.monotonic() - t0:.1f}s); data docs: {summary['data_docs']}")
+    for w in summary["warnings"]:
+        print(f"  warning: {w['table']}: {validate.Outcome(**w).line()}")
 
 
 def print_summary(spark, conf, out=sys.stdout) -> None:
@@ -138,6 +169,9 @@ def print_summary(spark, conf, out=sys.stdout) -> None:
 def dispatch(args) -> int:
     from jobs.session import JavaMissing, get_spark
 
+    if args.command == "run" and not (args.input or args.logs):
+        print("amqplens: run needs --input, --logs or both", file=sys.stderr)
+        return 2
     try:
         conf = config_from_args(args)
     except ConfigError as exc:
@@ -149,8 +183,9 @@ def dispatch(args) -> int:
         print(f"amqplens: {exc}", file=sys.stderr)
         return 3
     try:
-        if args.command in ("ingest-captures", "run"):
-            _run_stages(spark, conf, args.input, args.run_id, only_ingest=args.command == "ingest-captures")
+        if args.command in ("ingest-captures", "ingest-logs", "run"):
+            _run_stages(spark, conf, getattr(args, "input", []), args.run_id, only_ingest=args.command != "run",
+                        logs=getattr(args, "logs", []))
         elif args.command == "lifecycle":
             from jobs import lifecycle
 
@@ -161,6 +196,8 @@ def dispatch(args) -> int:
 
             done = metrics.run(spark, conf, args.capture_id, run_id=args.run_id)
             print(f"metrics: {len(done)} capture(s) written")
+        elif args.command == "validate":
+            _validate(spark, conf, args.capture_id, args.run_id)
         elif args.command == "report":
             from jobs import report
 
@@ -181,6 +218,9 @@ def dispatch(args) -> int:
             store = TableStore(spark, conf["lake.root"])
             for name in ALL_TABLES:
                 print(f"{name}: {len(store.vacuum(name, args.retention_hours))} file(s) deleted")
+    except ValidationFailed as exc:
+        print(f"amqplens: {exc}", file=sys.stderr)
+        return 4
     except InputError as exc:
         print(f"amqplens: {exc}", file=sys.stderr)
         return 2

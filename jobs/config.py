@@ -12,11 +12,19 @@ import copy
 import dataclasses
 import pathlib
 import re
+import zipfile
 from typing import Any, Callable
 
 import yaml
 
-CONF_DIR = pathlib.Path(__file__).resolve().parent.parent / "conf"
+
+def _conf_dir() -> pathlib.Path | zipfile.Path:
+    """``conf/`` next to the packages; inside the zip when spark-submit runs us from ``--py-files``."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    return zipfile.Path(root, "conf/") if zipfile.is_zipfile(root) else root / "conf"
+
+
+CONF_DIR = _conf_dir()
 
 
 class ConfigError(ValueError):
@@ -140,6 +148,38 @@ def _spark_extra() -> Rule:
     return Rule("a mapping of spark.* keys to values", check)
 
 
+def _fraction() -> Rule:
+    def check(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            raise ValueError
+        v = float(v)
+        if not 0 <= v <= 1:
+            raise ValueError
+        return v
+
+    return Rule("a number between 0 and 1", check)
+
+
+def _names(expected: str) -> Rule:
+    def check(v):
+        v = [v] if isinstance(v, str) else v
+        if not isinstance(v, list) or not all(isinstance(p, str) and p for p in v):
+            raise ValueError
+        return v
+
+    return Rule(expected + " (strings; [] for none)", check)
+
+
+def _patterns() -> Rule:
+    def check(v):
+        v = [v] if isinstance(v, str) else v
+        if not isinstance(v, list) or not all(isinstance(p, str) and p for p in v):
+            raise ValueError
+        return v
+
+    return Rule("a list of expectation names, table names or fnmatch patterns (table.check*)", check)
+
+
 SPEC: dict[str, Rule] = {
     "spark.master": _str(),
     "spark.app_name": _str(),
@@ -149,22 +189,35 @@ SPEC: dict[str, Rule] = {
     "spark.driver_memory": _str(r"\d+[kmgt]?", "a JVM memory size such as 2g or 512m"),
     "spark.extra": _spark_extra(),
     "lake.root": _str(),
+    "inputs.roots": _names("a list of folders"),
     "lake.staging_max_age_hours": _int(0),
     "capture.split_size": _size(),
+    "capture.min_split_size": _size(),
     "capture.batch_rows": _int(1),
     "capture.amqp_ports": _ports(),
     "capture.tls_ports": _ports(),
     "capture.sniff": _bool(),
     "capture.max_ooo_buffer": _size(),
+    "capture.retransmit_history": _size(),
     "capture.port_reuse_idle_s": _int(0),
     "decode.max_error_bytes": _int(0),
     "decode.body_prefix_bytes": _int(0),
     "decode.field_table_letters": _choice("rabbitmq", "spec"),
+    "decode.redact_headers": _names("a list of header or property names"),
+    "logs.split_size": _size(),
+    "logs.join_tolerance_s": _int(0),
     "metrics.bucket": _duration(),
     "metrics.exact_percentile_max_rows": _int(1),
     "report.out": _str(),
     "report.top_n": _int(1),
     "report.busiest": _int(1),
+    "validate.enabled": _bool(),
+    "validate.critical": _patterns(),
+    "validate.warning": _patterns(),
+    "validate.max_decode_error_share": _fraction(),
+    "validate.max_codec_error_share": _fraction(),
+    "validate.window_slack_s": _int(0),
+    "validate.sample_keys": _int(1),
 }
 
 
@@ -242,7 +295,7 @@ def _validate(values: dict[str, Any]) -> dict[str, Any]:
 def load_config(
     files: list[str] | None = None,
     sets: list[str] | None = None,
-    conf_dir: pathlib.Path = CONF_DIR,
+    conf_dir: pathlib.Path | zipfile.Path = CONF_DIR,
 ) -> Config:
     layers = [conf_dir / "defaults.yaml"]
     if (conf_dir / "local.yaml").exists():

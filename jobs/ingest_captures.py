@@ -44,7 +44,7 @@ class IngestResult:
 
 
 # Columns of frames that the job adds itself (the codec rows carry ts_us instead of ts).
-_FRAME_JOB_COLUMNS = ("frame_id", "capture_id", "capture_date", "ts")
+_FRAME_JOB_COLUMNS = ("frame_id", "capture_id", "capture_date", "ts", "source")
 
 
 def frame_struct():
@@ -66,6 +66,7 @@ def options_from(conf: Config) -> pipeline.Options:
             field_table_letters=conf["decode.field_table_letters"],
             max_error_bytes=conf["decode.max_error_bytes"],
             body_prefix_bytes=conf["decode.body_prefix_bytes"],
+            redact_headers=tuple(conf["decode.redact_headers"]),
         ),
         frame_struct=frame_struct(),
         facts_struct=facts_struct(),
@@ -74,6 +75,7 @@ def options_from(conf: Config) -> pipeline.Options:
         tls_ports=tuple(conf["capture.tls_ports"]),
         sniff=conf["capture.sniff"],
         max_ooo_bytes=conf["capture.max_ooo_buffer"],
+        history_bytes=conf["capture.retransmit_history"],
         port_reuse_idle_s=conf["capture.port_reuse_idle_s"],
         max_error_bytes=conf["decode.max_error_bytes"],
     )
@@ -97,10 +99,22 @@ def conform(df, table: Table):
     return df.select(*[F.col(c.name).cast(c.spark_type()).alias(c.name) for c in table.columns])
 
 
-def _split_rows(files: list[CaptureFile], split_size: int) -> list[tuple]:
+def split_size_for(size: int, split_size: int, min_split_size: int, parallelism: int) -> int:
+    """The split size of one file: ``split_size``, or smaller so a small file still feeds every core.
+
+    A file under ``split_size`` would be one split and one busy core; cut it into
+    ``parallelism`` splits instead, but none under ``min_split_size`` (a split
+    costs a task and a resynchronisation).
+    """
+    per_core = -(-size // max(1, parallelism))
+    return max(1, min(split_size, max(per_core, min_split_size)))
+
+
+def _split_rows(files: list[CaptureFile], split_size: int, min_split_size: int = 0, parallelism: int = 1) -> list[tuple]:
     rows = []
     for f in files:
-        for i, (start, end) in enumerate(plan_splits(f.path, split_size)):
+        size = split_size_for(f.size, split_size, min_split_size, parallelism)
+        for i, (start, end) in enumerate(plan_splits(f.path, size)):
             rows.append((f.capture_id, f.path, start, end, i))
     return rows
 
@@ -114,7 +128,7 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
     options = options_from(conf)
     fp = fingerprint(options)
-    files = capture_files(inputs)
+    files = capture_files(inputs, conf["inputs.roots"])
     todo = [f for f in files if not store.committed("captures", app_id(f.capture_id, fp))]
     skipped = [f.capture_id for f in files if f not in todo]
     for cid in skipped:
@@ -122,7 +136,8 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
     if not todo:
         return IngestResult(run_id, [], skipped)
 
-    split_rows = _split_rows(todo, conf["capture.split_size"])
+    split_rows = _split_rows(todo, conf["capture.split_size"], conf["capture.min_split_size"],
+                             spark.sparkContext.defaultParallelism)
     splits = spark.sparkContext.parallelize(split_rows, max(1, len(split_rows))).toDF(
         from_arrow_schema(pipeline.SPLITS_SCHEMA)
     )
@@ -195,6 +210,7 @@ def _frames_df(flows, date_df):
     f = (
         f.join(F.broadcast(date_df), "capture_id")
         .withColumn("ts", F.timestamp_micros("ts_us"))
+        .withColumn("source", F.lit("capture"))
         .withColumn(
             "frame_id",
             F.concat_ws("-", "connection_id", F.when(F.col("direction") == "to_server", "s").otherwise("c"), "stream_offset"),

@@ -1,4 +1,9 @@
-"""Input discovery: files, folders and globs -> capture files with content ids."""
+"""Input discovery: files, folders and globs -> capture files with content ids.
+
+With ``inputs.roots`` configured, every file found must resolve inside one of
+the roots after following ``..`` and symlinks: a glob, a folder walk or a link
+cannot reach files the operator did not mean to expose.
+"""
 
 from __future__ import annotations
 
@@ -30,8 +35,8 @@ def sha256_file(path: str, chunk: int = 8 << 20) -> str:
     return h.hexdigest()
 
 
-def expand_inputs(specs: list[str]) -> list[str]:
-    """Files as given; folders searched recursively for capture suffixes; globs expanded."""
+def expand_inputs(specs: list[str], roots: list[str] = ()) -> list[str]:
+    """Files as given; folders searched recursively for capture suffixes; globs expanded; each inside ``roots``."""
     out: list[str] = []
     for spec in specs:
         if any(ch in spec for ch in "*?["):
@@ -54,13 +59,26 @@ def expand_inputs(specs: list[str]) -> list[str]:
         if a not in seen:
             seen.add(a)
             unique.append(a)
+    check_roots(unique, roots)
     return unique
 
 
-def capture_files(specs: list[str]) -> list[CaptureFile]:
+def check_roots(paths: list[str], roots: list[str]) -> None:
+    """Raise ``InputError`` for the first path whose real location is in none of ``roots`` (none: any path)."""
+    if not roots:
+        return
+    real_roots = [os.path.realpath(r) for r in roots]
+    for p in paths:
+        real = os.path.realpath(p)
+        if not any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in real_roots):
+            raise InputError(f"input {p!r} resolves to {real}, which is outside the configured inputs.roots "
+                             f"({', '.join(real_roots)}); inputs may only be read from there")  # fmt: skip
+
+
+def capture_files(specs: list[str], roots: list[str] = ()) -> list[CaptureFile]:
     """Each distinct content once (the same bytes under two names are one capture)."""
     by_id: dict[str, CaptureFile] = {}
-    for path in expand_inputs(specs):
+    for path in expand_inputs(specs, roots):
         cid = sha256_file(path)
         by_id.setdefault(cid, CaptureFile(path=path, size=os.path.getsize(path), capture_id=cid))
     return list(by_id.values())

@@ -36,6 +36,7 @@ from schemas import Table, table as table_def
 log = logging.getLogger(__name__)
 
 STAGING = "_staging"
+COMMIT_ATTEMPTS = 5  # commits tried when other writers keep committing first: a few concurrent runs, not a storm
 _REPLACE_DIR = "_rk"
 
 
@@ -143,16 +144,17 @@ class TableStore:
                 .partitionBy(*t.partition_by, _REPLACE_DIR)
                 .parquet(staging_uri)
             )
-            adds = self._place_files(t, staging, run_id)
-            removes = self._removals(t, dt, set(pending))
-            self._commit(t, dt, adds, removes, pending, run_id)
+            # A run's jobs share its run id and may write the same table and partition (captures, then logs):
+            # the write's own token keeps their file names apart.
+            adds = self._place_files(t, staging, f"{run_id}-{uuid.uuid4().hex[:8]}")
+            committed = self._commit_retrying(t, dt, adds, pending, run_id)
         finally:
             self.fs.delete_dir_contents(staging, missing_dir_ok=True)
             try:
                 self.fs.delete_dir(staging)
             except (FileNotFoundError, OSError):
                 pass
-        return True
+        return committed
 
     def _place_files(self, t: Table, staging: str, run_id: str) -> list[AddAction]:
         selector = pafs.FileSelector(staging, recursive=True, allow_not_found=True)
@@ -207,10 +209,34 @@ class TableStore:
                 raise LakeConflict(f"table {t.name}: file {path} mixes several {rkey} values and cannot be replaced file-wise")
         return removes
 
+    def _commit_retrying(self, t: Table, dt, adds, pending: Mapping[str, str], run_id: str) -> bool:
+        """Commit; when another writer committed first, re-read the table and try again (``COMMIT_ATTEMPTS``).
+
+        The placed files stay valid: the retry only recomputes which files the units replace. If the
+        other writer committed these very units (same transaction ids), ours are redundant and removed.
+        """
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                self._commit(t, dt, adds, self._removals(t, dt, set(pending)), pending, run_id)
+                return True
+            except LakeConflict as exc:
+                dt = self.delta(t.name)
+                if dt is not None and all(dt.transaction_version(a) is not None for a in pending.values()):
+                    log.info("table %s: another writer committed the same units first; run %s adds nothing", t.name, run_id)
+                    for add in adds:
+                        self.fs.delete_file(self._path(t.name, add.path))
+                    return False
+                if attempt == COMMIT_ATTEMPTS:
+                    raise LakeConflict(f"{exc} (tried {COMMIT_ATTEMPTS} times)") from exc.__cause__
+                log.warning("table %s: %s; retrying on the new snapshot (attempt %d)", t.name, exc, attempt + 1)
+
     def _commit(self, t, dt, adds, removes, pending: Mapping[str, str], run_id: str) -> None:
         props = CommitProperties(
             app_transactions=[Transaction(app_id=a, version=1) for a in sorted(pending.values())],
             custom_metadata={"amqplens.run_id": run_id, "amqplens.units": ",".join(sorted(pending))},
+            # delta-rs would otherwise retry a lost commit itself, blind to our transaction ids: two runs of the
+            # same capture would both land (duplicate rows). _commit_retrying re-checks the ids and retries.
+            max_commit_retries=0,
         )
         schema = Schema.from_arrow(t.arrow_schema())
         try:

@@ -19,7 +19,7 @@ import uuid
 import pyarrow as pa
 
 from amqp_decode import __version__
-from amqp_decode.lifecycle.batches import lifecycle_batches, lifecycle_out_schema
+from amqp_decode.lifecycle.batches import FRAME_COLUMNS, lifecycle_batches, lifecycle_out_schema
 from jobs.config import Config
 from jobs.ingest_captures import conform
 from jobs.lake import TableStore
@@ -28,13 +28,15 @@ from schemas import DELIVERIES, FLOW_EVENTS, REQUEST_RESPONSES, Table
 log = logging.getLogger(__name__)
 JOB = "lifecycle"
 OUTPUTS = (("delivery", DELIVERIES), ("flow_event", FLOW_EVENTS), ("request_response", REQUEST_RESPONSES))
+# columns the job fills, not the machines: the capture's, and the deliveries' source (trace rows come from ingest_logs)
+JOB_COLUMNS = ("capture_id", "capture_date", "source", "trace_json")
 
 
 def row_struct(table: Table) -> pa.StructType:
     """The struct the state machines fill: the table's columns, timestamps as *_us microseconds, no capture columns."""
     fields = []
     for c in table.columns:
-        if c.name in ("capture_id", "capture_date"):
+        if c.name in JOB_COLUMNS:
             continue
         if c.type == "timestamp":
             fields.append(pa.field(f"{c.name}_us", pa.int64()))
@@ -54,6 +56,8 @@ def _table_df(out, kind: str, table: Table, dates):
     for c in table.columns:
         if c.type == "timestamp":
             df = df.withColumn(c.name, F.timestamp_micros(f"{c.name}_us"))
+    if "source" in table.column_names:  # rows built from frames
+        df = df.withColumn("source", F.lit("capture")).withColumn("trace_json", F.lit(None).cast("string"))
     return conform(df, table)
 
 
@@ -65,7 +69,11 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
 
     run_id = run_id or uuid.uuid4().hex[:12]
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
-    caps = store.read("captures").select("capture_id", "capture_date", "decoder_version").collect()
+    from jobs.ingest_logs import FRAMELESS_FORMATS
+
+    # logs without frames (RabbitMQ server logs and traces) have nothing to build, and their trace deliveries must stay
+    caps = (store.read("captures").where(~F.col("format").isin(sorted(FRAMELESS_FORMATS)))
+            .select("capture_id", "capture_date", "decoder_version").collect())
     if capture_ids is not None:
         caps = [c for c in caps if c.capture_id in set(capture_ids)]
     units = {c.capture_id: app_id(c.capture_id, c.decoder_version) for c in caps}
@@ -77,8 +85,11 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     structs = [row_struct(t) for _, t in OUTPUTS]
     fn = functools.partial(lifecycle_batches, delivery_struct=structs[0], flow_event_struct=structs[1],
                            request_response_struct=structs[2], batch_rows=conf["capture.batch_rows"])
+    frames = store.read("frames")
+    # only the columns the machines read cross the shuffle and the Arrow hand-off (frames has ~90)
+    read = [c for c in (*FRAME_COLUMNS, "ts") if c in frames.columns]
     out = (
-        store.read("frames")
+        frames.select(*read)
         .where(F.col("capture_id").isin(list(pending)))
         .repartition(conf["spark.shuffle_partitions"], "connection_id")
         .sortWithinPartitions("connection_id", "ts", "stream_offset")

@@ -116,7 +116,7 @@ def settlement_figure(store, ax):
 def timeline_figure(store, ax, limit: int = 40):
     from pyspark.sql import functions as F
 
-    conns = store.read("connections").orderBy("start_ts").limit(limit).select(
+    conns = store.read("connections").where(F.col("ip_version") != 0).orderBy("start_ts").limit(limit).select(  # 0: a Proton trace, no clock
         "connection_id", "client_port", "dialect", "start_ts", "end_ts", "end_reason").toPandas()
     if conns.empty:
         return _empty(ax, "connections")
@@ -141,9 +141,12 @@ def timeline_figure(store, ax, limit: int = 40):
             ax.plot([since, c.end_ts], [y, y], color="tab:red", linewidth=8, solid_capstyle="butt")
         e = errs[errs.connection_id == c.connection_id]
         ax.plot(e.ts, [y] * len(e), linestyle="none", marker="x", color="tab:orange", markersize=9)
+    from jobs.report_logs import draw_broker_events
+
+    logged = draw_broker_events(store, ax, conns)
     ax.set_yticks(range(len(conns)), [f"{c.dialect or '?'} :{c.client_port} ({c.end_reason})" for c in conns.itertuples()], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("time (UTC); blue: open, red: blocked, x: error close, |: end")
+    ax.set_xlabel("time (UTC); blue: open, red: blocked, x: error close, |: end" + ("; " + ", ".join(logged) if logged else ""))
     return True
 
 
@@ -164,6 +167,8 @@ def top_tables(store, n: int) -> list[tuple[str, str, str, list[str], list[tuple
                .select("entity", (F.col("value") / 1000).alias("ms at zero credit"), (F.col("observed_us") / 1000).alias("ms observed")))
     errors = (store.read("metrics_errors").where(whole & (F.col("entity_kind") == "capture"))
               .groupBy("kind", "raised_by", "code", "condition").agg(F.sum("count").alias("count")).orderBy(F.desc("count")).limit(n))
+    from jobs.report_logs import broker_events_table
+
     out = []
     for title, table, where, df in (
         ("Slowest consumers (deliver -> ack, p99)", "metrics_latency",
@@ -174,6 +179,7 @@ def top_tables(store, n: int) -> list[tuple[str, str, str, list[str], list[tuple
         ("Starved links (time at zero link credit)", "metrics_flow",
          "bucket_seconds = 0 and metric = 'zero_credit_us' and value > 0", starved),
         ("Errors", "metrics_errors", "bucket_seconds = 0 and entity_kind = 'capture'", errors),
+        broker_events_table(store, n),
     ):
         out.append((title, table, where, df.columns, [tuple(r) for r in df.collect()]))
     return out
@@ -235,8 +241,9 @@ def run(spark, conf: Config, out: str | None = None) -> pathlib.Path:
                 "bucket_seconds = 0 and entity_kind = 'capture' and measure = 'outcome', summed over captures"),
          lambda ax: settlement_figure(store, ax), (10, 5)),
         (Figure("timeline", "Connection timeline", "connections",
-                "the first 40 connections by start_ts; blocked from flow_events where entity = 'connection'; "
-                "errors from frames where a close carries reply_code != 200 or an error_condition"),
+                "the first 40 connections by start_ts (Proton-trace connections, which have no clock, left out); blocked from "
+                "flow_events where entity = 'connection'; errors from frames where a close carries reply_code != 200 or an "
+                "error_condition; broker log events (channel errors, abrupt closes, alarm intervals) from broker_events"),
          lambda ax: timeline_figure(store, ax), (11, 7)),
     ]
     for fig_def, draw, size in figures:

@@ -10,7 +10,7 @@ from schemas.base import Column as C
 from schemas.base import Table
 
 CAPTURE_DATE = C("capture_date", "date", "UTC day of the capture's first packet (1970-01-01 when it has none); the partition", False)
-CAPTURE_ID = C("capture_id", "string", "sha256 of the capture file's bytes", False)
+CAPTURE_ID = C("capture_id", "string", "sha256 of the input file's bytes (a capture, or a broker log: its log_id)", False)
 
 # Columns of connections filled by the AMQP codecs (null for TLS and undecoded connections).
 PROTOCOL_COLUMNS = (
@@ -79,7 +79,7 @@ CAPTURES = Table(
         CAPTURE_DATE,
         C("path", "string", "path the file was read from (last ingest)", False),
         C("size_bytes", "int64", "file size", False),
-        C("format", "string", "pcap | pcapng | unknown"),
+        C("format", "string", "pcap | pcapng | unknown; a broker log's format: rabbitmq-3.6 | rabbitmq-3.7 | rabbitmq-3.9 | rabbitmq-json | rabbitmq-trace-text | rabbitmq-trace-json | rabbitmq-firehose | proton-trace | proton-trace-old | log-unknown"),
         C("link_types", "array<int32>", "LINKTYPE numbers seen (pcapng may have several)"),
         C("splits", "int32", "byte-range splits the file was read in", False),
         C("packets_total", "int64", "packet records read", False),
@@ -105,20 +105,20 @@ CONNECTIONS = Table(
         C("connection_id", "string", "blake2b of capture_id, client and server endpoint and first packet time", False),
         CAPTURE_ID,
         CAPTURE_DATE,
-        C("client_ip", "string", "client address (the SYN sender; see DESIGN.md for the fallbacks)", False),
+        C("client_ip", "string", "client address (the SYN sender; see DESIGN.md for the fallbacks); '' when a log does not name it", False),
         C("client_port", "int32", "client TCP port", False),
         C("server_ip", "string", "server address", False),
         C("server_port", "int32", "server TCP port", False),
-        C("ip_version", "int8", "4 or 6", False),
+        C("ip_version", "int8", "4 or 6 (0 when a log does not name the endpoints)", False),
         C("start_ts", "timestamp", "first packet", False),
         C("end_ts", "timestamp", "last packet", False),
         C("duration_us", "int64", "end_ts - start_ts in microseconds", False),
         C("syn_seen", "bool", "the handshake was captured", False),
         C("handshake_rtt_us", "int64", "SYN to the client's ACK of SYN/ACK, when all three were captured"),
-        C("end_reason", "string", "fin | rst | capture_end | port_reuse", False),
+        C("end_reason", "string", "fin | rst | capture_end | port_reuse; log-sourced: closed | closed_abruptly | closed_error (the broker log's last word on it) | log_end", False),
         C("closed_by", "string", "client | server, for fin and rst"),
         C("tls", "bool", "a TLS port or a stream starting with a TLS record; not decoded", False),
-        C("selected_by", "string", "port | sniff: why the flow was kept", False),
+        C("selected_by", "string", "port | sniff: why the flow was kept; log for a connection a broker log or Proton trace gives", False),
         C("packets_to_server", "int64", "all packets client -> server, pure ACKs included", False),
         C("packets_to_client", "int64", "all packets server -> client", False),
         C("wire_bytes_to_server", "int64", "link-layer frame bytes client -> server (as tshark conv counts)", False),
@@ -142,7 +142,8 @@ DECODE_ERRORS = Table(
     doc=(
         "Everything that could not be decoded, and every hole in a TCP stream, with the raw bytes "
         "(capped) and a hash of the whole so a later version can try again. stage says which layer: "
-        "capture (file container, link, IP), tcp (missing stream bytes: gaps), codec (AMQP framing)."
+        "capture (file container, link, IP), tcp (missing stream bytes: gaps), codec (AMQP framing), "
+        "log (a broker log line that could not be read: offset is its file offset, detail starts with its line number)."
     ),
     key=("error_id",),
     columns=(
@@ -151,7 +152,7 @@ DECODE_ERRORS = Table(
         CAPTURE_DATE,
         C("connection_id", "string", "null for capture-level problems"),
         C("direction", "string", "to_server | to_client; null for capture-level problems"),
-        C("stage", "string", "capture | tcp | codec", False),
+        C("stage", "string", "capture | tcp | codec | log", False),
         C("offset", "int64", "file offset (stage capture) or stream offset (tcp, codec)", False),
         C("length", "int64", "bytes this row accounts for (skipped, missing or undecodable)", False),
         C("reason", "string", "short machine-readable code", False),
@@ -179,7 +180,7 @@ FRAMES = Table(
         C("stream_offset", "int64", "offset of the frame's first byte in its direction's TCP stream", False),
         C("ts", "timestamp", "time of the packet that carried the frame's first byte", False),
         C("dialect", "string", "0-8 | 0-9 | 0-9-1 | 0-10 | 1.0 | 0-9-draft | amqp-fast-0.9a5", False),
-        C("frame_type", "string", "protocol_header | method | header | body | heartbeat | oob_* | trace (0-9-1 family); amqp | sasl | empty (1.0)", False),
+        C("frame_type", "string", "protocol_header | method | header | body | heartbeat | oob_* | trace (0-9-1 family; meta in AMQP/Fast); amqp | sasl | empty (1.0); control | command | header | body (0-10: the segment type)", False),
         C("channel", "int32", "channel number (0-9-1) or channel (1.0)"),
         C("size", "int64", "bytes of the frame on the wire, header and frame-end included", False),
         C("class_id", "int32", "0-9-1 family: method class id"),
@@ -258,6 +259,9 @@ FRAMES = Table(
         C("arguments_json", "string", "every decoded argument as JSON (bytes as hex, secrets redacted)"),
         C("properties_json", "string", "content header / message properties as JSON"),
         C("decode_error", "string", "code: detail, when the frame's framing was sound but its content did not decode"),
+        C("source", "string", (
+            "capture | trace_log (a Qpid Proton PN_TRACE_FRM line: the trace prints no time, so ts is the line number "
+            "in microseconds after 1970-01-01 and orders only; stream_offset is the line number; size is 0)"), False),
     ),
 )
 
@@ -270,7 +274,7 @@ DELIVERIES = Table(
     key=("delivery_id",),
     columns=(
         C("delivery_id", "string", "connection_id, direction, channel[, handle] and the codec's message_seq joined by '-' (tags restart, 1.0 ids wrap)", False),
-        C("connection_id", "string", "the connection", False),
+        C("connection_id", "string", "the connection; trace rows: the captured one with the traced endpoints, else one of the log (connections.source log)", False),
         CAPTURE_ID,
         CAPTURE_DATE,
         C("dialect", "string", "0-8 | 0-9 | 0-9-1 | 1.0 | 0-10", False),
@@ -303,10 +307,15 @@ DELIVERIES = Table(
             "0-9-1 publishes: confirmed, nacked_by_broker, returned, unconfirmed_at_close, sent (no confirms: settled on send), "
             "committed, rolled_back (tx); 0-9-1 deliveries: acked, nacked_requeue, nacked_drop, rejected_requeue, rejected_drop, "
             "auto_ack, recovered, requeued_on_close; 1.0: accepted, rejected, released, modified, received, settled (no state), "
-            "presettled, aborted, declared, transactional, unsettled_at_close; any: open_at_capture_end"), False),
+            "presettled, aborted, declared, transactional, unsettled_at_close; any: open_at_capture_end; trace rows: traced"), False),
         C("settled_by_frame_id", "string", "the frame that settled it"),
         C("frame_ids", "array<string>", "every frame of the message (method/transfer, header, bodies)", False),
         C("flags", "array<string>", "anomalies: ack_of_unknown_tag, duplicate_tag, ..."),
+        C("source", "string", (
+            "capture (built by the lifecycle job from frames, of a capture or a Proton trace) | trace (a RabbitMQ message "
+            "trace: rabbitmq_tracing or firehose; sent_ts is the tracer's time, millisecond precision, not the wire's; "
+            "a firehose message saved without a time has the line number in microseconds after 1970-01-01; outcome is traced)"), False),
+        C("trace_json", "string", "trace rows: what the tracer recorded beyond the columns (node, user, vhost, connection, every routing key, routed queues)"),
     ),
 )
 
@@ -364,8 +373,55 @@ REQUEST_RESPONSES = Table(
     ),
 )
 
+BROKER_EVENTS = Table(
+    name="broker_events",
+    doc=(
+        "Lifecycle events from RabbitMQ server logs (every generation: 3.6 reports, 3.7-3.8, 3.9+ and JSON): connections "
+        "accepted, named, authenticated, closed (normally, abruptly, with an error), channel errors, memory and disk "
+        "alarms set and cleared, node start and stop, and any other entry at warning level or above. Times without a "
+        "zone in the log are taken as UTC. Connection events are joined to the capture's connection by their endpoints."
+    ),
+    key=("event_id",),
+    partition_by=("log_date",),
+    replace_by=("log_id",),
+    columns=(
+        C("event_id", "string", "blake2b of log_id and line_number", False),
+        C("log_id", "string", "sha256 of the log file's bytes (the log's row in captures has it as capture_id)", False),
+        C("log_date", "date", "UTC day of the log's first event; the partition", False),
+        C("log_path", "string", "path the log was read from", False),
+        C("log_format", "string", "rabbitmq-3.6 | rabbitmq-3.7 | rabbitmq-3.9 | rabbitmq-json", False),
+        C("line_number", "int64", "1-based line number of the entry's first line", False),
+        C("line_count", "int32", "lines of the entry (a multi-line message is one event)", False),
+        C("offset", "int64", "file offset of the entry's first byte", False),
+        C("ts", "timestamp", "the log's time of the entry (UTC)"),
+        C("level", "string", "debug | info | notice | warning | error | critical | alert | emergency (four-letter forms spelled out)"),
+        C("event", "string", (
+            "connection_accepted | connection_named | connection_authenticated | connection_closed | "
+            "connection_closed_abruptly | connection_closed_error | connection_error | channel_error | alarm_set | "
+            "alarm_cleared | node_start | node_stop | other"), False),
+        C("erlang_pid", "string", "the connection's Erlang process, e.g. <0.1213.0> (names the connection within the log)"),
+        C("connection_name", "string", "the connection as RabbitMQ names it: client a.b.c.d:p -> server e.f.g.h:q"),
+        C("client_provided_name", "string", "the name the client gave its connection (connection_name client property)"),
+        C("client_ip", "string", "client address (brackets of IPv6 dropped)"),
+        C("client_port", "int32", "client port"),
+        C("server_ip", "string", "broker address"),
+        C("server_port", "int32", "broker port"),
+        C("user", "string", "user of the connection"),
+        C("vhost", "string", "virtual host of the connection"),
+        C("channel", "int32", "channel of a channel_error (0 for a connection_error)"),
+        C("method", "string", "the operation that failed, e.g. queue.declare"),
+        C("reply_code", "int32", "AMQP reply code of the exception (404 for not_found, ...)"),
+        C("reply_text", "string", "the exception as the broker sends it (NOT_FOUND - no queue ...), or why a connection closed"),
+        C("alarm_resource", "string", "memory | disk"),
+        C("node", "string", "node the alarm is on"),
+        C("message", "string", "the whole entry's text, every line, without the prefixes (capped at 16 KiB)", False),
+        C("connection_id", "string", "the joined connection: a capture's (same endpoints, within logs.join_tolerance_s of its life) or one the log itself gives (connections.source log)"),
+        C("sources", "array<string>", "where the joined row's facts come from: [log] or [log, capture]", False),
+    ),
+)
+
 ALL_TABLES: dict[str, Table] = {
-    t.name: t for t in (CAPTURES, CONNECTIONS, FRAMES, DECODE_ERRORS, DELIVERIES, FLOW_EVENTS, REQUEST_RESPONSES)
+    t.name: t for t in (CAPTURES, CONNECTIONS, FRAMES, DECODE_ERRORS, DELIVERIES, FLOW_EVENTS, REQUEST_RESPONSES, BROKER_EVENTS)
 }
 from schemas.metrics import METRIC_TABLES  # noqa: E402  (metrics.py imports the shared columns above)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -29,3 +31,12 @@ def spark(conf):
 @pytest.fixture
 def lake(tmp_path):
     return tmp_path / "lake"
+
+
+@pytest.fixture(scope="session")
+def built_dist(tmp_path_factory):
+    """`make dist` into a temporary folder (the venv as it is: -o keeps make from reinstalling it)."""
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(["make", "-s", "-o", ".venv/.installed", "dist", f"DIST={out}", f"PY={sys.executable}"],
+                   cwd=ROOT, check=True, capture_output=True, timeout=300)
+    return out

@@ -10,19 +10,22 @@ by size and seed, or given with ``--capture``), alternately ``--repeat`` times:
 (a) tshark ``-T fields`` with the fields the frames table needs
     (``-E occurrence=a``, output to /dev/null), timed, peak RSS from
     ``/usr/bin/time`` (or psutil polling);
-(b) the pipeline, ``amqplens ingest-captures --input F --lake <fresh lake>
-    --set spark.master=local[2]`` in a subprocess, timed end to end (JVM
-    start included; the job's own time is reported too), with the peak RSS of
-    the JVM, of the Python driver and of the Python workers, from polling the
-    process tree every 0.2 s.
+(b) the pipeline, pcap -> frames + deliveries: ``python -m tools.bench_pipeline``
+    (ingest-captures then lifecycle in one Spark session, ``--stages`` to
+    time only one) on a fresh lake with ``spark.master=local[2]``, in a
+    subprocess, timed end to end (JVM start included; session start and each
+    stage's time are reported too), with the peak RSS of the JVM, of the
+    Python driver and of the Python workers, from polling the process tree
+    every 0.2 s, and Spark's per-stage times from its event log.
 
 Then the lake of the last run is checked against the generator's ground truth
-(a fast wrong answer does not count), and the Python side is profiled without
-Spark, stage by stage (capture read, Arrow hand-off, the flow sort that the
-shuffle stands for, TCP reassembly, the whole stage-2 batch function), naming
-the slowest stage. Prints medians, MB/s, packets/s, frames/s, the
-pipeline/tshark throughput ratio and the peak RSS figures; writes everything
-to ``<out>/bench-<size>.json``.
+and against tshark's frame counts per type (a fast wrong answer does not
+count), and the Python side is profiled without Spark in CPU seconds, stage by
+stage (capture read, Arrow hand-off, the flow sort that the shuffle stands
+for, TCP reassembly, AMQP decode + output batches, a Parquet write of the
+frames, the lifecycle machines), naming the slowest stage. Prints medians,
+MB/s, packets/s, frames/s, the pipeline/tshark throughput ratio and the peak
+RSS figures; writes everything to ``<out>/bench-<size>.json``.
 """
 
 from __future__ import annotations
@@ -60,13 +63,6 @@ def tshark_command(tshark: str, path: Path) -> list[str]:
     for f in TSHARK_FIELDS:
         cmd += ["-e", f]
     return cmd + ["-E", "occurrence=a"]
-
-
-def _amqplens_exe() -> str | None:
-    here = Path(sys.executable).parent / "amqplens"
-    if here.exists():
-        return str(here)
-    return shutil.which("amqplens")
 
 
 def _fmt_mb(n_bytes: float | None) -> str:
@@ -268,14 +264,14 @@ def run_tshark(tshark: str, path: Path, logs: Path, tag: str) -> dict:
     return {"wall_s": wall, "rc": rc, "peak_rss": peak, "stderr": str(err_file)}
 
 
-_JOB_TIME = re.compile(r"^ingest-captures: .*\(([\d.]+)s\)\s*$", re.M)
+_STAGE_TIME = re.compile(r"^(session|ingest-captures|lifecycle): .*\(([\d.]+)s\)\s*$", re.M)
 
 
 def run_pipeline(exe: str, path: Path, lakes: Path, logs: Path, tag: str, master: str, sets: list[str],
-                 event_log: bool) -> dict:
+                 event_log: bool, stages: str = "ingest,lifecycle") -> dict:
     lake = Path(tempfile.mkdtemp(prefix=f"lake-{tag}-", dir=lakes))
-    cmd = [exe, "ingest-captures", "--input", str(path), "--lake", str(lake), "--set", f"spark.master={master}",
-           "--set", "spark.ui_enabled=false", "--set", "spark.progress_bar=off"]
+    cmd = [exe, "-m", "tools.bench_pipeline", "--stages", stages, "--input", str(path), "--lake", str(lake),
+           "--set", f"spark.master={master}", "--set", "spark.ui_enabled=false", "--set", "spark.progress_bar=off"]
     ev_dir = None
     if event_log:
         ev_dir = logs / f"eventlog-{tag}"
@@ -303,8 +299,9 @@ def run_pipeline(exe: str, path: Path, lakes: Path, logs: Path, tag: str, master
             peak = {"tree_sum": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
             samples = 0
     text = log_file.read_text(errors="replace")
-    m = _JOB_TIME.search(text)
-    res = {"wall_s": wall, "rc": rc, "job_s": float(m.group(1)) if m else None, "peak_rss": peak,
+    stage_s = {m.group(1): float(m.group(2)) for m in _STAGE_TIME.finditer(text)}
+    jobs = [v for k, v in stage_s.items() if k != "session"]
+    res = {"wall_s": wall, "rc": rc, "job_s": sum(jobs) if jobs else None, "stage_s": stage_s, "peak_rss": peak,
            "rss_samples": samples, "log": str(log_file), "lake": str(lake), "command": cmd}
     if rc != 0:
         tail = "\n".join(text.strip().splitlines()[-12:])
@@ -478,6 +475,11 @@ def check_lake(lake: Path, truth: dict | None, tshark_frames: dict | None) -> di
         if expect is not None:
             out["frames_expected"] = expect
             out["frames_ok"] = n == expect
+        if tshark_frames:
+            out["frames_tshark"] = sum(tshark_frames.values())
+            out["frames_equal_tshark"] = n == out["frames_tshark"]
+            mine = {k: v for k, v in by_type.items() if k != "protocol_header"}
+            out["frames_by_type_equal_tshark"] = mine == tshark_frames
         if truth and by_type:
             want = {k: v for k, v in truth["frames_by_type"].items() if v}
             got = {k: v for k, v in by_type.items() if k in want or v}
@@ -509,12 +511,16 @@ def check_lake(lake: Path, truth: dict | None, tshark_frames: dict | None) -> di
 
 
 def profile_python(path: Path, truth: dict | None, limit_bytes: int | None = None, cprofile: bool = False) -> dict:
-    """Per-stage time of the Python side: the same functions the Spark job runs, in one process."""
+    """Per-stage CPU time of the Python side: the same functions the Spark jobs run, in one process.
+
+    CPU time (``time.process_time``), so the figures hold on a machine other work is loading.
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from amqp_decode.capture import PACKET_SCHEMA, read_split
 
+    clock = time.process_time
     size = path.stat().st_size
     end = min(size, limit_bytes) if limit_bytes else size
     stages: dict[str, float] = {}
@@ -527,15 +533,15 @@ def profile_python(path: Path, truth: dict | None, limit_bytes: int | None = Non
     t_read = t_arrow = 0.0
     batches = []
     while True:
-        t = time.perf_counter()
+        t = clock()
         cols = next(it, None)
-        t_read += time.perf_counter() - t
+        t_read += clock() - t
         if cols is None:
             break
-        t = time.perf_counter()
+        t = clock()
         batches.append(pa.RecordBatch.from_arrays([pa.array(cols[f.name], f.type) for f in PACKET_SCHEMA],
                                                   schema=PACKET_SCHEMA))
-        t_arrow += time.perf_counter() - t
+        t_arrow += clock() - t
         del cols
     stages["capture read (read_split)"] = t_read
     stages["to Arrow (pa.array per column)"] = t_arrow
@@ -546,11 +552,11 @@ def profile_python(path: Path, truth: dict | None, limit_bytes: int | None = Non
     info["capture_errors"] = len(reader.errors)
 
     # 3. the sort the shuffle + sortWithinPartitions stands for
-    t = time.perf_counter()
+    t = clock()
     idx = pc.sort_indices(table, sort_keys=[("flow_key", "ascending"), ("ts_us", "ascending"),
                                             ("record_offset", "ascending")])
     table = table.take(idx).combine_chunks()
-    stages["sort by (flow_key, ts_us, record_offset)"] = time.perf_counter() - t
+    stages["sort by (flow_key, ts_us, record_offset)"] = clock() - t
     del idx
     sorted_batches = table.to_batches(max_chunksize=8192)
 
@@ -560,18 +566,18 @@ def profile_python(path: Path, truth: dict | None, limit_bytes: int | None = Non
     r = TcpReassembler(cid, amqp_ports=(5672,))
     t_lists = t_tcp = 0.0
     for b in sorted_batches:
-        t = time.perf_counter()
+        t = clock()
         cols = b.to_pydict()  # what decode_flows hands the reassembler
-        t_lists += time.perf_counter() - t
-        t = time.perf_counter()
+        t_lists += clock() - t
+        t = clock()
         r.feed_columns(cols)
-        t_tcp += time.perf_counter() - t
+        t_tcp += clock() - t
         del cols
-    t = time.perf_counter()
+    t = clock()
     r.finish()
     conns = r.drain_connections()
     gaps = r.drain_gaps()
-    t_tcp += time.perf_counter() - t
+    t_tcp += clock() - t
     stages["Arrow -> Python lists (to_pydict)"] = t_lists
     stages["TCP reassembly alone (TcpReassembler)"] = t_tcp
     info["connections"] = len(conns)
@@ -611,17 +617,20 @@ def profile_python(path: Path, truth: dict | None, limit_bytes: int | None = Non
 
             prof = cProfile.Profile()
         kinds: dict[str, int] = {}
-        t = time.perf_counter()
+        t = clock()
         try:
             if prof:
                 prof.enable()
+            frame_batches = []
             for ob in pl.decode_flows(iter(in_batches), options):
                 if ob.num_rows:
                     k = ob.column(0)[0].as_py()
                     kinds[k] = kinds.get(k, 0) + ob.num_rows
+                    if k == "frame":
+                        frame_batches.append(ob)
             if prof:
                 prof.disable()
-            total = time.perf_counter() - t
+            total = clock() - t
             stages["stage 2 total (pipeline.decode_flows)"] = total
             stages["AMQP decode + output batches (the rest of stage 2)"] = max(0.0, total - t_lists - t_tcp)
             info["decode_flows_rows"] = kinds
@@ -637,6 +646,8 @@ def profile_python(path: Path, truth: dict | None, limit_bytes: int | None = Non
             pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(15)
             info["stage2_cprofile_top"] = buf.getvalue()
         del full, in_batches
+        if "decode_flows_error" not in info:
+            stages.update(_profile_after_decode(frame_batches, info, clock))
     info["peak_rss_self"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     # the slowest of the disjoint stages ("stage 2 total" is the sum of the last three)
     disjoint = {k: v for k, v in stages.items() if not k.startswith("stage 2 total")}
@@ -644,6 +655,48 @@ def profile_python(path: Path, truth: dict | None, limit_bytes: int | None = Non
     return {"stages_s": {k: round(v, 3) for k, v in stages.items()}, "slowest": slowest,
             "mb_per_s": {k: round(end / MB / v, 1) if v else None for k, v in stages.items()}, **info}
 
+
+
+def _profile_after_decode(frame_batches: list, info: dict, clock) -> dict[str, float]:
+    """What follows stage 2 on the Python side: the lifecycle machines, and a Parquet write of the frames.
+
+    The frames reach the lifecycle sorted by (connection_id, ts, stream_offset) as the job's
+    shuffle + sort gives them. Spark writes Parquet in the JVM; pyarrow's writer here stands
+    for that cost per frame (the event-log breakdown has Spark's own figure).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from amqp_decode.lifecycle.batches import lifecycle_batches
+    from jobs.lifecycle import OUTPUTS, row_struct
+
+    stages: dict[str, float] = {}
+    if not frame_batches:
+        return stages
+    frames = pa.Table.from_batches([pa.RecordBatch.from_struct_array(b.column("frame")) for b in frame_batches])
+    del frame_batches
+    frames = frames.append_column("capture_id", pa.array(["bench"] * frames.num_rows, pa.string()))
+    frames = frames.append_column("frame_id", pc.binary_join_element_wise(
+        frames["connection_id"], frames["direction"], pc.cast(frames["stream_offset"], pa.string()), "-"))
+    t = clock()
+    with tempfile.TemporaryDirectory() as tmp:
+        pq.write_table(frames, Path(tmp) / "frames.parquet", compression="snappy")
+    stages["Parquet write of frames (pyarrow, snappy)"] = clock() - t
+    idx = pc.sort_indices(frames, sort_keys=[("connection_id", "ascending"), ("ts_us", "ascending"),
+                                             ("stream_offset", "ascending")])
+    batches = frames.take(idx).combine_chunks().to_batches(max_chunksize=8192)
+    del frames, idx
+    structs = [row_struct(table) for _, table in OUTPUTS]
+    kinds: dict[str, int] = {}
+    t = clock()
+    for ob in lifecycle_batches(iter(batches), *structs):
+        if ob.num_rows:
+            k = ob.column(0)[0].as_py()
+            kinds[k] = kinds.get(k, 0) + ob.num_rows
+    stages["lifecycle (lifecycle_batches)"] = clock() - t
+    info["lifecycle_rows"] = kinds
+    return stages
 
 # ---------------------------------------------------------------------------
 # Driver
@@ -658,7 +711,7 @@ def bench_one(args, label: str, path: Path, truth: dict | None, gen: dict | None
     lakes.mkdir(parents=True, exist_ok=True)
     size = path.stat().st_size
     tshark = shutil.which("tshark")
-    exe = _amqplens_exe()
+    exe = sys.executable  # runs tools.bench_pipeline: ingest-captures + lifecycle in one session
     result: dict[str, Any] = {
         "label": label, "capture": str(path), "file_bytes": size,
         "packets": truth["packets"] if truth else None,
@@ -670,15 +723,14 @@ def bench_one(args, label: str, path: Path, truth: dict | None, gen: dict | None
         "tshark": {"runs": []}, "pipeline": {"runs": []},
     }
     tshark_frames = None
-    if truth is None and tshark and not args.no_tshark:
-        print("tshark: counting frames (no ground truth for this capture) ...", flush=True)
+    if tshark and not args.no_tshark and not args.no_tshark_count:
+        print("tshark: counting AMQP frames by type (untimed) ...", flush=True)
         tshark_frames = tshark_counts(tshark, path)
-        result["frames"] = sum(tshark_frames.values())
         result["tshark_frame_counts"] = tshark_frames
+        if truth is None:
+            result["frames"] = sum(tshark_frames.values())
     if not tshark:
         print("tshark: not installed; skipping it")
-    if exe is None and not args.no_pipeline:
-        print("pipeline: no `amqplens` console script; run `.venv/bin/pip install -e . --no-deps`")
     for i in range(args.repeat):
         if tshark and not args.no_tshark:
             r = run_tshark(tshark, path, logs, f"{label}-{i}")
@@ -687,11 +739,12 @@ def bench_one(args, label: str, path: Path, truth: dict | None, gen: dict | None
                   + ("" if r["rc"] == 0 else f"  (exit {r['rc']})"), flush=True)
         if exe and not args.no_pipeline:
             r = run_pipeline(exe, path, lakes, logs, f"{label}-{i}", args.master, args.set or [],
-                             not args.no_event_log)
+                             not args.no_event_log, args.stages)
             result["pipeline"]["runs"].append(r)
             pk = r["peak_rss"]
             print(f"  run {i + 1}/{args.repeat} pipeline {r['wall_s']:7.2f} s"
-                  + (f" (job {r['job_s']:.1f} s)" if r["job_s"] is not None else "")
+                  + (f" (job {r['job_s']:.1f} s: " + ", ".join(f"{k} {v:.1f}" for k, v in r["stage_s"].items()) + ")"
+                     if r["job_s"] is not None else "")
                   + f"  JVM {_fmt_mb(pk.get('jvm'))}, driver {_fmt_mb(pk.get('driver'))}, "
                     f"workers {_fmt_mb(pk.get('workers_sum'))} (max one {_fmt_mb(pk.get('worker_max'))}, "
                     f"{pk.get('workers_count', 0)} procs)"
@@ -734,6 +787,8 @@ def bench_one(args, label: str, path: Path, truth: dict | None, gen: dict | None
         pj = summarize("pipeline", "job_s")
         if pj:
             pp["job_only"] = pj
+        names = sorted({k for r in ok for k in r.get("stage_s", {})})
+        pp["stage_median_s"] = {k: _median([r["stage_s"][k] for r in ok if k in r.get("stage_s", {})]) for k in names}
         result["pipeline"].update(pp)
     if ts and pp:
         result["ratio_pipeline_over_tshark"] = round(ts["median_s"] / pp["median_s"], 3)
@@ -773,6 +828,8 @@ def print_report(res: dict) -> None:
     line("pipeline", pp, "  (end to end, JVM start included)" if pp else "")
     if pp and pp.get("job_only"):
         line("  job only", pp["job_only"])
+    if pp and pp.get("stage_median_s"):
+        print("   pipeline stages (median s): " + ", ".join(f"{k} {v:.1f}" for k, v in pp["stage_median_s"].items()))
     if pp:
         print(f"   pipeline peak RSS: JVM {_fmt_mb(pp['peak_rss_jvm'])}, Python driver {_fmt_mb(pp['peak_rss_driver'])}, "
               f"Python workers {_fmt_mb(pp['peak_rss_workers_sum'])} summed / {_fmt_mb(pp['peak_rss_worker_max'])} "
@@ -808,7 +865,7 @@ def print_report(res: dict) -> None:
         if "error" in prof:
             print(f"   profile failed: {prof['error']}")
         else:
-            print(f"   Python profile ({prof['bytes'] / MB:.0f} MB, {prof['packets']} TCP packets, "
+            print(f"   Python profile, CPU seconds ({prof['bytes'] / MB:.0f} MB, {prof['packets']} TCP packets, "
                   f"{prof['connections']} connections, no Spark):")
             for k, v in prof["stages_s"].items():
                 rate = prof["mb_per_s"][k]
@@ -835,12 +892,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-tshark", action="store_true")
     ap.add_argument("--no-pipeline", action="store_true")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--no-tshark-count", action="store_true",
+                    help="skip the untimed tshark frame count the lake's frames are compared with")
     ap.add_argument("--profile-mb", type=float, help="profile only the first N MB of the capture")
     ap.add_argument("--cprofile", action="store_true", help="cProfile the stage-2 function (decode_flows) and print its hottest functions")
     ap.add_argument("--keep-lake", action="store_true", help="keep each run's lake under <out>/lakes")
     ap.add_argument("--no-event-log", action="store_true",
                     help="do not record Spark's event log (used for the per-stage breakdown of the job)")
     ap.add_argument("--keep-going", action="store_true", help="repeat the pipeline even after it failed")
+    ap.add_argument("--stages", default="ingest,lifecycle",
+                    help="what the timed pipeline run does: ingest (-> frames), lifecycle (-> deliveries); default both")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1084,7 +1084,8 @@ def put_readme_section(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="*", choices=sorted(all_scenarios()), help="scenarios to run")
+    ap.add_argument("--only", nargs="*", choices=sorted(all_scenarios()) + ["broker_logs"],
+                    help="scenarios to run (broker_logs: tests/data/logs/, see tools/log_fixtures.py)")
     ap.add_argument("--no-demo", action="store_true")
     ap.add_argument("--workdir", help="broker folder (default: a temporary one)")
     ap.add_argument("--proton-client", nargs=3, metavar=("URL", "ADDRESS", "N"),
@@ -1108,6 +1109,10 @@ def main(argv: list[str] | None = None) -> None:
     with node:
         versions = node.versions()
         for name in args.only or all_scenarios():
+            if name == "broker_logs":  # its own folder and README; enables plugins, so only alone or last
+                from tools.log_fixtures import broker_logs
+                print(f"broker_logs {broker_logs(node)['seconds']}s", flush=True)
+                continue
             results[name] = run_scenario(node, name)
             print(f"{name:22s} {results[name]['seconds']:5.1f}s "
                   f"{(BROKER_DIR / f'{name}.pcap').stat().st_size:8d} B  "

@@ -38,6 +38,9 @@ PACKET_BLOCKS = frozenset((EPB, SPB, PB))
 NO_LINKTYPE = -1  # a packet on an interface no IDB defined
 
 OPT_END, OPT_IF_TSRESOL, OPT_IF_TSOFFSET = 0, 9, 14
+# A 64-bit timestamp (with its resolution and offset) can say any time; the columns, dates and Spark
+# timestamps hold 1970..9999, so a time outside (always a corrupt block) is clamped into that range.
+MAX_TS_US = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
 
 
 class Interface:
@@ -58,7 +61,8 @@ class Interface:
         self.offset_us = tsoffset * 1_000_000
 
     def ts_us(self, units: int) -> int:
-        return ((units * self.mul) >> self.shift) // self.div + self.offset_us
+        ts = ((units * self.mul) >> self.shift) // self.div + self.offset_us
+        return ts if 0 <= ts <= MAX_TS_US else min(max(ts, 0), MAX_TS_US)
 
 
 class Section:

@@ -34,7 +34,7 @@ PACKET_SCHEMA = pa.schema(
         ("ack", pa.int64()),
         ("tcp_flags", pa.int16()),  # FIN=0x01 SYN=0x02 RST=0x04 PSH=0x08 ACK=0x10 URG=0x20
         ("window", pa.int32()),
-        ("wire_len", pa.int32()),  # original length of the link-layer frame (origlen)
+        ("wire_len", pa.int64()),  # original length of the link-layer frame (origlen, a uint32: any value the file says)
         ("payload", pa.binary()),  # TCP payload as captured (may be cut by snaplen)
         ("payload_truncated", pa.bool_()),  # captured payload shorter than the IP length says
     ]

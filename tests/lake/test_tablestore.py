@@ -107,3 +107,13 @@ def test_concurrent_writer_conflict_is_clear(spark, lake):
     with pytest.raises(LakeConflict, match="another writer"):
         store._commit(DECODE_ERRORS, stale, adds, removes, {"A": "i:A:v3"}, "run-x")
     assert ids(store) == ["A-0"]
+
+
+def test_two_writes_with_one_run_id_keep_both_files(spark, lake):
+    """The jobs of one run (ingest-captures, then ingest-logs) share the run id and the partition:
+    the second write must not land on the first one's file name (it silently replaced its rows)."""
+    store = TableStore(spark, str(lake))
+    store.write("decode_errors", frame(spark, rows("A", 3)), units={"A": "ingest:A:v1"}, run_id="day-1")
+    store.write("decode_errors", frame(spark, rows("B", 2)), units={"B": "logs:B:v1"}, run_id="day-1")
+    assert ids(store) == sorted([f"A-{i}" for i in range(3)] + [f"B-{i}" for i in range(2)])
+    assert DeltaTable(str(lake / "decode_errors")).to_pyarrow_table().num_rows == 5

@@ -24,7 +24,7 @@ from .conversation import CLIENT, SERVER, Conversation, run
 
 TS_RENAMES = {"sent_ts": "sent_ts_us", "settled_ts": "settled_ts_us", "ts": "ts_us", "request_ts": "request_ts_us",
               "response_ts": "response_ts_us"}
-JOB_COLUMNS = ("capture_id", "capture_date")
+JOB_COLUMNS = ("capture_id", "capture_date", "source", "trace_json")  # jobs/lifecycle.py JOB_COLUMNS
 OUTCOMES = PUBLISH.outcomes | DELIVER.outcomes | TRANSFER.outcomes
 
 

@@ -46,7 +46,7 @@ def test_unsettled_at_close_counts_and_rate(spark):
         row = {c: None for c in DELIVERIES.column_names}
         row.update(delivery_id=f"d{n}", connection_id="c1", capture_id="cap", capture_date=T0.date(), dialect="0-9-1",
                    direction=direction, channel=1, method="deliver" if direction == "from_broker" else "publish",
-                   sent_ts=T0 + dt.timedelta(seconds=n), outcome=outcome, frame_ids=[f"f{n}"], exchange="x")
+                   sent_ts=T0 + dt.timedelta(seconds=n), outcome=outcome, frame_ids=[f"f{n}"], exchange="x", source="capture")
         return tuple(row[c] for c in DELIVERIES.column_names)
 
     rows = [d(1, "from_broker", "acked"), d(2, "from_broker", "requeued_on_close"),

@@ -253,3 +253,27 @@ def test_snaplen_cut_segment_that_waited_in_the_buffer():
     _, consumer = result.only()
     assert [(g.offset, g.length, g.reason, g.ts_us) for g in result.gaps] == [(15, 5, "snaplen", 320)]
     assert consumer.assembled("to_server") == b"abcdefghijklmno_____uvwxyz"
+
+
+def test_retransmission_older_than_the_history_is_counted_not_compared():
+    """history_bytes bounds the delivered bytes kept per direction (trimmed to half when over).
+
+    A late copy of the first 100 bytes with every byte changed, after 1000 bytes went by:
+    with a 4 KiB history it is compared (100 conflicts), with a 200-byte one the first
+    copy was forgotten (no conflict can be seen); either way it is counted and not delivered.
+    """
+    stream = DATA[:1000]
+    late = (9000, CLIENT, SERVER, "PA", 1001, bytes(b ^ 0xFF for b in stream[:100]))
+    rows = handshake() + segments(stream, 1001, 100) + [late]
+    for history, conflicts in ((4096, 100), (200, 0)):
+        rec, consumer = run(rows, history_bytes=history).only()
+        assert consumer.assembled("to_server") == stream
+        assert rec.retransmitted_bytes_to_server == 100
+        assert rec.overlap_conflicts == conflicts, history
+
+
+def test_history_never_exceeds_the_out_of_order_cap():
+    from amqp_decode.tcp import TcpReassembler
+
+    assert TcpReassembler("c", max_ooo_bytes=1000, history_bytes=5000).history_bytes == 1000
+    assert TcpReassembler("c").history_bytes == 256 * 1024

@@ -1,0 +1,65 @@
+"""Header and property names whose values never reach a table (``decode.redact_headers``).
+
+Applications put credentials in message headers (0-9-1 ``headers``, 1.0
+``application-properties``, 0-10 ``application-headers``) and in method
+arguments: an ``Authorization`` header, a ``password`` property. The codecs
+render those as JSON (``properties_json``, ``arguments_json``, the peers'
+``*_properties_json`` facts); ``HeaderRedactor`` replaces the value of every
+object member whose name matches one of the configured names, compared
+case-insensitively, at any depth, with ``REDACTED``. Text that names none of
+them is returned as it is, so the check costs one substring scan per row.
+"""
+
+from __future__ import annotations
+
+import json
+
+REDACTED = "<redacted>"
+# names whose values are credentials in the HTTP, STOMP and AMQP clients we know of
+DEFAULT_REDACT_HEADERS = (
+    "authorization", "proxy-authorization", "cookie", "set-cookie", "password", "passwd", "secret",
+    "token", "access_token", "refresh_token", "api_key", "apikey", "x-api-key",
+)  # fmt: skip
+ROW_COLUMNS = ("properties_json", "arguments_json")
+
+_DUMP = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode  # the codecs' compact form
+
+
+class HeaderRedactor:
+    def __init__(self, names=DEFAULT_REDACT_HEADERS) -> None:
+        self.names = frozenset(n.lower() for n in names)
+        self._needles = tuple(json.dumps(n, ensure_ascii=False) for n in self.names)  # "name", as it appears quoted
+
+    def text(self, text: str | None) -> str | None:
+        """The JSON ``text`` with the value of every matching member replaced (the same object when none matches)."""
+        if not text or not self.names:
+            return text
+        low = text.lower()
+        if not any(n in low for n in self._needles):
+            return text
+        try:
+            value = json.loads(text)
+        except ValueError:  # not JSON: nothing the codecs wrote; keep nothing that might hold a secret
+            return REDACTED
+        return _DUMP(value) if self._walk(value) else text
+
+    def _walk(self, value) -> bool:
+        changed = False
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k.lower() in self.names:
+                    changed = changed or v != REDACTED
+                    value[k] = REDACTED
+                else:
+                    changed = self._walk(v) or changed
+        elif isinstance(value, list):
+            for v in value:
+                changed = self._walk(v) or changed
+        return changed
+
+    def row(self, row: dict, columns=ROW_COLUMNS) -> dict:
+        """``row`` with its JSON ``columns`` redacted in place."""
+        for c in columns:
+            if row.get(c):
+                row[c] = self.text(row[c])
+        return row

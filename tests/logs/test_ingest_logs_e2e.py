@@ -1,0 +1,140 @@
+"""`amqplens run --input CAPTURES --logs LOGS --lake DIR` through the CLI, on the shared Spark session.
+
+The logs and captures come from the same broker runs (tools/make_fixtures.py),
+so the broker's log and the wire must agree: the channel errors the log names
+are the channel.close frames of the captured connection, the memory alarm's
+interval holds the captured connection.blocked, the traced messages are the
+captured publishes. Then the same logs again change no table.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobs import cli
+from schemas import ALL_TABLES
+from tests.conftest import DATA
+
+BROKER, LOGS = DATA / "broker", DATA / "logs"
+CAPTURES = [BROKER / "channel_error.pcap", BROKER / "connection_blocked.pcap", LOGS / "broker_logs.pcap"]
+
+
+@pytest.fixture(scope="module")
+def lake(spark, tmp_path_factory):
+    out = tmp_path_factory.mktemp("logs_e2e")
+    garbage = out / "notes.txt"
+    garbage.write_text("these are not log lines\n")
+    logs = [BROKER / "rabbitmq.log", LOGS / "rabbitmq_3_10.log", LOGS / "tracing_json.log", BROKER / "amqp10_proton.trace.txt", garbage]
+    # the quality gates have tests of their own; here they would only add minutes
+    args = ["--lake", str(out / "lake"), "--run-id", "logs-e2e", "--set", f"report.out={out / 'report'}", "--set", "validate.enabled=false"]
+    assert cli.main(["run", "--input", *map(str, CAPTURES), "--logs", *map(str, logs), *args]) == 0
+    return {"root": out, "logs": logs, "args": args}
+
+
+def _read(spark, lake, name):
+    from jobs.lake import TableStore
+
+    return TableStore(spark, str(lake["root"] / "lake")).read(name)
+
+
+def _capture_id(spark, lake, path):
+    return _read(spark, lake, "captures").where(f"path = '{path}'").first().capture_id
+
+
+def test_each_log_is_a_captures_row_and_the_unknown_one_an_error(spark, lake):
+    rows = {r.path: r for r in _read(spark, lake, "captures").collect()}
+    formats = [rows[str(p)].format for p in lake["logs"]]
+    assert formats == ["rabbitmq-3.9", "rabbitmq-3.9", "rabbitmq-trace-json", "proton-trace", "log-unknown"]
+    bad = rows[str(lake["logs"][-1])]
+    assert bad.status == "failed" and bad.capture_errors == 1
+    (err,) = _read(spark, lake, "decode_errors").where(f"capture_id = '{bad.capture_id}'").collect()
+    assert (err.stage, err.reason, err.offset, bytes(err.raw)) == ("log", "unknown_log_format", 0, b"these are not log lines")
+
+
+def test_channel_errors_join_the_captured_connection_and_match_its_close_frames(spark, lake):
+    cap = _capture_id(spark, lake, BROKER / "channel_error.pcap")
+    (conn,) = _read(spark, lake, "connections").where(f"capture_id = '{cap}'").collect()
+    events = _read(spark, lake, "broker_events").where(f"connection_id = '{conn.connection_id}'").orderBy("line_number").collect()
+    assert {tuple(e.sources) for e in events} == {("log", "capture")}
+    assert [e.event for e in events][:3] == ["connection_accepted", "connection_named", "connection_authenticated"]
+    logged = [(e.reply_code, e.reply_text) for e in events if e.event == "channel_error"]
+    closes = (_read(spark, lake, "frames").where(f"connection_id = '{conn.connection_id}' and class_name = 'channel' "
+                                                   "and method_name = 'close' and direction = 'to_client'")
+              .orderBy("ts").collect())
+    assert logged == [(f.reply_code, f.reply_text) for f in closes] and len(logged) == 4
+
+
+def test_abrupt_close_joins_the_captured_connection_the_client_dropped(spark, lake):
+    oracle = json.loads((LOGS / "broker_logs.oracle.json").read_text())
+    (e,) = _read(spark, lake, "broker_events").where("event = 'connection_closed_abruptly'").collect()
+    (conn,) = _read(spark, lake, "connections").where(f"connection_id = '{e.connection_id}'").collect()
+    assert conn.client_port == e.client_port == oracle["facts"]["abrupt_client_port"] and conn.source == "capture"
+
+
+def test_the_memory_alarm_holds_the_captured_blocked_interval(spark, lake):
+    cap = _capture_id(spark, lake, BROKER / "connection_blocked.pcap")
+    flow = (_read(spark, lake, "flow_events").where(f"capture_id = '{cap}' and entity = 'connection'")
+            .orderBy("ts").collect())
+    blocked = next(f.ts for f in flow if f.event == "blocked")
+    unblocked = next(f.ts for f in flow if f.event == "unblocked")
+    alarms = (_read(spark, lake, "broker_events").where("alarm_resource = 'memory'").orderBy("ts").collect())
+    pairs = list(zip([a.ts for a in alarms if a.event == "alarm_set"], [a.ts for a in alarms if a.event == "alarm_cleared"]))
+    (on, off), = [(s, c) for s, c in pairs if s <= blocked <= c]
+    assert off <= unblocked and (unblocked - off).total_seconds() < 1  # the broker unblocks as the alarm clears
+
+
+def test_traced_messages_are_the_captured_publishes(spark, lake):
+    trace = _read(spark, lake, "deliveries").where("source = 'trace'").collect()
+    assert len(trace) == 30 and {d.outcome for d in trace} == {"traced"}
+    (conn_id,) = {d.connection_id for d in trace}
+    captured = _read(spark, lake, "deliveries").where(f"connection_id = '{conn_id}' and source = 'capture'").collect()
+    for method in ("publish", "deliver"):
+        assert sorted(d.message_id for d in trace if d.method == method) == sorted(
+            d.message_id for d in captured if d.method == method)
+    assert _read(spark, lake, "connections").where(f"connection_id = '{conn_id}'").first().source == "capture"
+
+
+def test_proton_trace_frames_go_through_lifecycle_to_what_the_client_counted(spark, lake):
+    client = json.loads((BROKER / "amqp10_proton.oracle.json").read_text())["client"]
+    trace_id = _capture_id(spark, lake, BROKER / "amqp10_proton.trace.txt")
+    rows = _read(spark, lake, "deliveries").where(f"capture_id = '{trace_id}'").collect()
+    sent = [d.outcome for d in rows if d.direction == "to_broker"]
+    got = sorted(d.outcome for d in rows if d.direction == "from_broker")
+    assert sent == ["accepted"] * client["accepted_by_broker"] and len(sent) == client["published"]
+    assert got == sorted(["accepted"] * client["accepted"] + ["rejected"] * client["rejected"] + ["released"] * client["released"])
+    assert len(got) == client["delivered"]
+    (conn,) = _read(spark, lake, "connections").where(f"capture_id = '{trace_id}'").collect()
+    assert (conn.source, conn.user, conn.client_container_id) == ("log", "guest", "fixture-amqp10_proton")
+    assert {f.source for f in _read(spark, lake, "frames").where(f"capture_id = '{trace_id}'").collect()} == {"trace_log"}
+
+
+def test_report_shows_broker_events(spark, lake):
+    page = (lake["root"] / "report" / "index.html").read_text()
+    assert "Broker events (server logs)" in page and "<td>channel_error</td>" in page
+    assert '<figure id="timeline" class="drawn">' in page and "broker_events" in page
+
+
+def test_the_same_logs_again_change_no_table(spark, lake):
+    from jobs.lake import TableStore
+
+    store = TableStore(spark, str(lake["root"] / "lake"))
+    before = {name: store.version(name) for name in ALL_TABLES}
+    assert cli.main(["ingest-logs", "--logs", *map(str, lake["logs"]), *lake["args"]]) == 0
+    assert {name: store.version(name) for name in ALL_TABLES} == before
+
+
+def test_split_plan_numbers_each_split_s_first_line(spark):
+    from jobs.ingest_logs import _split_rows, log_files
+
+    (f,) = log_files([str(BROKER / "rabbitmq.log")])
+    rows = _split_rows(spark, [f], 4096)
+    raw = (BROKER / "rabbitmq.log").read_bytes()
+    assert len(rows) == -(-len(raw) // 4096)
+    assert [r[5] for r in rows] == [raw[: r[3]].count(b"\n") + 1 for r in rows]
+
+
+def test_run_needs_captures_or_logs(tmp_path, capsys):
+    assert cli.main(["run", "--lake", str(tmp_path / "lake")]) == 2
+    assert "run needs --input, --logs or both" in capsys.readouterr().err

@@ -1,0 +1,26 @@
+"""A spark-submit driver the tests copy out of the source tree: ``zip_driver.py <amqplens args>``.
+
+It prints where the driver and two executor tasks imported the packages from
+(the ``--py-files`` zip, or the source tree by mistake), then runs the
+``amqplens`` command line in this spark-submit's session.
+"""
+
+import sys
+
+import amqp_decode
+import jobs
+from jobs.cli import main
+from pyspark.sql import SparkSession
+
+
+def _where(_):
+    import amqp_decode
+
+    return amqp_decode.__file__
+
+
+if __name__ == "__main__":
+    sc = SparkSession.builder.getOrCreate().sparkContext
+    print("DRIVER_IMPORTS", jobs.__file__, amqp_decode.__file__)
+    print("EXECUTOR_IMPORTS", *sc.parallelize(range(2), 2).map(_where).collect())
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,48 @@
+"""Split planning: a file smaller than capture.split_size still feeds every core, down to min_split_size."""
+
+from __future__ import annotations
+
+import pytest
+
+from amqp_decode.capture import read_split
+from jobs.ingest_captures import _split_rows, split_size_for
+from jobs.inputs import CaptureFile
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("size", "split", "floor", "cores", "expected"),
+    [
+        (100_003_864, 128 * MIB, 8 * MIB, 2, 50_001_932),  # the 100 MB bench capture: two splits, not one
+        (299_938_956, 128 * MIB, 8 * MIB, 2, 128 * MIB),  # larger than two splits already: unchanged
+        (10 * MIB, 128 * MIB, 8 * MIB, 2, 8 * MIB),  # halves would be under the floor: 8 MiB + 2 MiB
+        (1000, 128 * MIB, 8 * MIB, 2, 8 * MIB),  # a tiny file stays one split
+        (100, 64, 0, 4, 25),  # no floor: one split per core
+        (101, 64, 0, 4, 26),  # rounded up, so never a fifth split of one byte
+        (0, 128 * MIB, 8 * MIB, 2, 8 * MIB),
+        (100, 128 * MIB, 0, 0, 100),  # a parallelism of 0 is taken as 1
+    ],
+)
+def test_split_size_for(size, split, floor, cores, expected):
+    assert split_size_for(size, split, floor, cores) == expected
+
+
+def test_small_file_gets_one_split_per_core_and_the_same_packets(tmp_path):
+    """The rows of the planned splits together equal the rows of the file read whole."""
+    from tools.gen_capture import generate
+
+    path = tmp_path / "small.pcap"
+    generate(path, 0.3, seed=3)
+    f = CaptureFile(path=str(path), size=path.stat().st_size, capture_id="c")
+    rows = _split_rows([f], 128 * MIB, 0, 3)
+    assert [r[4] for r in rows] == [0, 1, 2]
+    assert rows[0][2] == 0 and rows[-1][3] == f.size
+    assert all(a[3] == b[2] for a, b in zip(rows, rows[1:]))  # contiguous, no byte twice
+
+    def offsets(start, end):
+        return [o for cols in read_split(str(path), "c", start, end) for o in cols["record_offset"]]
+
+    whole = offsets(0, f.size)
+    assert len(whole) > 100
+    assert [o for r in rows for o in offsets(r[2], r[3])] == whole

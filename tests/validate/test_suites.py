@@ -1,0 +1,60 @@
+"""The suites as code: built from every contract, their value sets in step with the column docs (no JVM)."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+
+from amqp_decode.lifecycle import machines
+from schemas import ALL_TABLES
+from schemas.expectations import ENUMS, Settings, checks, suite
+
+
+def _words(doc: str) -> set[str]:
+    return set(re.findall(r"[\w.*+-]+", doc))
+
+
+def test_every_enum_value_is_named_in_its_column_doc():
+    """The sets the suites check are the contract's: a value the doc does not name would be a silent widening.
+
+    Docs that list no values, or an open list (``...``), are not held to it: those sets come from the code (DIALECTS).
+    """
+    for name, columns in ENUMS.items():
+        t = ALL_TABLES[name]
+        for column, values in columns.items():
+            doc = t.column(column).doc
+            if "..." in doc or " | " not in doc and ", " not in doc:
+                continue
+            words = _words(doc)
+            for v in values:
+                assert str(v) in words or any(fnmatch.fnmatchcase(str(v), w) for w in words if "*" in w), (name, column, v)
+
+
+def test_every_listed_value_set_in_a_doc_has_a_check():
+    """A column whose doc starts with a closed list (a | b | c) is checked, unless the list is open (..., *, <...>)."""
+    for t in ALL_TABLES.values():
+        for c in t.columns:
+            if re.match(r"^[\w.-]+( \| [\w.-]+)+(\s|$|[;:,(])", c.doc) and not re.search(r"\.\.\.|<|, or the", c.doc):
+                assert c.name in ENUMS.get(t.name, {}), f"{t.name}.{c.name}: {c.doc}"
+
+
+def test_outcomes_of_every_lifecycle_machine_are_allowed():
+    """The deliveries.outcome set holds every outcome the state machines (amqp_decode.lifecycle) can produce."""
+    produced = {*machines.PUBLISH_OUTCOMES, *machines.DELIVER_OUTCOMES, *machines.TRANSFER_OUTCOMES, *machines.TRANSFER_0_10_OUTCOMES}
+    assert produced <= set(ENUMS["deliveries"]["outcome"])
+
+
+def test_a_suite_per_table_with_names_and_severities_in_meta():
+    settings = Settings(warning=("frames.decode_error_share",))
+    for t in ALL_TABLES.values():
+        s = suite(t, settings)
+        names = [e.meta["name"] for e in s.expectations]
+        assert s.name == t.name and names == [c.name for c in checks(t, settings)]
+        assert len(set(names)) == len(names) and all(n.startswith(t.name + ".") for n in names)
+        assert f"{t.name}.key_unique" in names and all(f"{t.name}.key_not_null.{k}" in names for k in t.key)
+        for e in s.expectations:
+            assert e.meta["severity"] == e.severity.value == settings.severity(e.meta["name"])
+    frames = {e.meta["name"]: e for e in suite(ALL_TABLES["frames"], settings).expectations}
+    assert frames["frames.decode_error_share"].severity.value == "warning"
+    assert frames["frames.decode_error_share"].mostly == 0.9
+    assert suite(ALL_TABLES["frames"], settings, only={"frames.key_unique"}).name == "frames.failures"

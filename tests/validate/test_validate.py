@@ -1,0 +1,160 @@
+"""The quality gates: every suite passes on real captures, and fails, naming the expectation and the row, on broken tables.
+
+Bad input tried (each on a copy of the demo capture's rows, never on the lake): a duplicated frame key, a frame whose
+connection does not exist, a dialect outside the contract's set, a frame time a day after the capture ended, frames
+whose content all failed to decode (a broken decoder), a negative settle latency, a delivery naming a frame that does
+not exist, a connection missing one frame's bytes, and (through the CLI) a duplicated key written into the lake.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from jobs import cli, validate
+from jobs.quality import RunTables, batch
+from schemas import ALL_TABLES, table
+from schemas.expectations import Settings
+from tests.conftest import ROOT
+from tests.validate.conftest import CAPTURES, capture_id
+
+pytestmark = [pytest.mark.spark]
+
+DEMO = capture_id(CAPTURES[0])
+
+
+def test_every_table_has_a_suite_and_it_passes_on_the_fixtures(validated, quality_lake):
+    _, store = quality_lake
+    assert validated["success"]
+    assert set(validated["rows"]) == set(ALL_TABLES)
+    failed = [e for e in validated["expectations"] if not e["success"]]
+    assert failed == []
+    for name in ("captures", "connections", "frames", "deliveries", "flow_events", "request_responses", "metrics_latency"):
+        assert validated["rows"][name] == store.read(name).count() > 0, name
+    names = {e["name"] for e in validated["expectations"]}
+    # the checks the issue names, by table
+    for expected in ("frames.key_unique", "frames.key_not_null.frame_id", "frames.enum.dialect", "frames.enum.frame_type",
+                     "deliveries.enum.outcome", "frames.in_capture_window", "deliveries.non_negative", "frames.ref.connection_id",
+                     "deliveries.ref.frame_ids", "connections.byte_accounting.to_server", "frames.decode_error_share"):
+        assert expected in names
+
+
+def test_results_and_data_docs_are_under_the_lake_only(validated, quality_lake):
+    _, store = quality_lake
+    quality = validate.quality_dir(store)
+    assert json.loads((quality / "runs" / "fixtures.json").read_text())["success"] is True
+    index = (quality / "data_docs" / "index.html").read_text()
+    for name, rows in validated["rows"].items():  # tables without rows of the run (broker_events here) are skipped
+        assert bool(list((quality / "validations" / name).rglob("*.json"))) == (rows > 0), name
+        assert (f"expectations/{name}.html" in index) == (rows > 0), name
+    assert not (ROOT / "gx").exists() and not (ROOT / "great_expectations").exists()
+
+
+def _validate(spark, quality_lake, tmp_path, name: str, **broken):
+    """Validate table ``name`` over the demo capture's rows, with some tables' slices replaced by broken copies."""
+    conf, store = quality_lake
+    tables = RunTables(store, [DEMO])
+    for t, make in broken.items():
+        tables.slices[t] = make(tables.slices[t])
+    suites = validate.Suites(validate.gx_context(tmp_path / "_quality"), Settings(), sample_keys=5)
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    df = batch(table(name), tables, conf).persist()
+    try:
+        return {o.name: o for o in validate.outcomes(table(name), suites.validate(table(name), df, RunIdentifier(run_name="t")))}
+    finally:
+        df.unpersist()
+        tables.close()
+
+
+def test_broken_frames_fail_their_checks_and_name_the_rows(spark, quality_lake, tmp_path):
+    from pyspark.sql import functions as F
+
+    frames = quality_lake[1].read("frames").where(F.col("capture_id") == DEMO).orderBy("frame_id").collect()
+    dup, orphan, enum, late = (r.frame_id for r in frames[10:14])
+
+    def broken(df):
+        fid = F.col("frame_id")
+        return (df.union(df.where(fid == dup))
+                .withColumn("connection_id", F.when(fid == orphan, F.lit("no-such-connection")).otherwise(F.col("connection_id")))
+                .withColumn("dialect", F.when(fid == enum, F.lit("0-9-2")).otherwise(F.col("dialect")))
+                .withColumn("ts", F.when(fid == late, F.col("ts") + F.expr("INTERVAL 1 DAY")).otherwise(F.col("ts")))
+                .withColumn("decode_error", F.lit("field_table: broken decoder")))
+
+    out = _validate(spark, quality_lake, tmp_path, "frames", frames=broken)
+    failed = {n for n, o in out.items() if not o.success}
+    assert failed == {"frames.key_unique", "frames.ref.connection_id", "frames.enum.dialect", "frames.in_capture_window",
+                      "frames.decode_error_share"}
+    assert out["frames.key_unique"].observed.startswith(f"2 of {len(frames) + 1} rows")
+    assert out["frames.key_unique"].samples and all(dup in s for s in out["frames.key_unique"].samples)
+    assert out["frames.ref.connection_id"].samples == [f"frame_id={orphan} (_missing_connection_id=no-such-connection)"]
+    assert out["frames.enum.dialect"].samples == [f"frame_id={enum} (dialect=0-9-2)"]
+    assert [s.split(" ")[0] for s in out["frames.in_capture_window"].samples] == [f"frame_id={late}"]
+    assert out["frames.decode_error_share"].observed.startswith(f"{len(frames) + 1} of {len(frames) + 1} rows")
+
+
+def test_negative_latency_and_a_missing_frame_fail_deliveries_and_connections(spark, quality_lake, tmp_path):
+    from pyspark.sql import functions as F
+
+    store = quality_lake[1]
+    d = store.read("deliveries").where((F.col("capture_id") == DEMO) & F.col("settle_latency_us").isNotNull()).orderBy("delivery_id")
+    slow, lost = d.limit(2).collect()
+    gone = lost.frame_ids[0]
+    gone_size = store.read("frames").where(F.col("frame_id") == gone).first()["size"]
+
+    def negative(df):
+        return df.withColumn("settle_latency_us", F.when(F.col("delivery_id") == slow.delivery_id, F.lit(-5))
+                             .otherwise(F.col("settle_latency_us")))
+
+    def without_frame(df):
+        return df.where(F.col("frame_id") != gone)
+
+    out = _validate(spark, quality_lake, tmp_path, "deliveries", deliveries=negative, frames=without_frame)
+    assert {n for n, o in out.items() if not o.success} == {"deliveries.non_negative", "deliveries.ref.frame_ids"}
+    assert out["deliveries.non_negative"].samples == [f"delivery_id={slow.delivery_id} (_negative=settle_latency_us=-5)"]
+    assert out["deliveries.ref.frame_ids"].samples == [f"delivery_id={lost.delivery_id} (_missing_frame_ids={gone})"]
+
+    out = _validate(spark, quality_lake, tmp_path, "connections", frames=without_frame)
+    direction = "to_server" if "-s-" in gone else "to_client"
+    assert {n for n, o in out.items() if not o.success} == {f"connections.byte_accounting.{direction}"}
+    (sample,) = out[f"connections.byte_accounting.{direction}"].samples
+    assert sample.startswith(f"connection_id={lost.connection_id} ")
+    stream = store.read("connections").where(F.col("connection_id") == lost.connection_id).first()[f"bytes_{direction}"]
+    assert f"bytes_{direction}={stream}" in sample and f"_accounted_bytes_{direction}={stream - gone_size}" in sample
+
+
+def test_severity_is_config():
+    s = Settings(critical=("frames", "deliveries.ref.*"), warning=("frames.decode_error_share",))
+    assert s.severity("frames.key_unique") == "critical"
+    assert s.severity("frames.decode_error_share") == "warning"
+    assert s.severity("deliveries.ref.frame_ids") == "critical"
+    assert s.severity("deliveries.non_negative") == "warning"
+    assert Settings().severity("connections.codec_error_share") == "critical"
+
+
+def test_cli_validate_fails_with_a_readable_summary_on_a_broken_lake(spark, quality_lake, tmp_path, capsys):
+    """A duplicated frame key written into (a copy of) the lake: exit 4, the expectation and the key on stderr."""
+    from pyspark.sql import functions as F
+
+    conf, store = quality_lake
+    lake = tmp_path / "lake"
+    shutil.copytree(store.root, lake, ignore=shutil.ignore_patterns("_quality"))
+    from jobs.lake import TableStore
+
+    copy = TableStore(spark, str(lake))
+    frames = copy.read("frames").where(F.col("capture_id") == DEMO)
+    dup = frames.orderBy("frame_id").first().frame_id
+    copy.write("frames", frames.union(frames.where(F.col("frame_id") == dup)).localCheckpoint(), units={DEMO: "test/duplicate"})
+    code = cli.main(["validate", "--lake", str(lake), "--capture-id", DEMO, "--run-id", "broken"])
+    err = capsys.readouterr().err
+    assert code == 4
+    # the frame counted twice also breaks its connection's byte accounting
+    direction = "to_server" if "-s-" in dup else "to_client"
+    assert "2 critical expectation(s) failed on run broken (1 capture(s))" in err
+    assert f"frames: frames.key_unique (critical): 2 of {frames.count() + 1} rows unexpected" in err and dup in err
+    assert f"connections: connections.byte_accounting.{direction} (critical): 1 of " in err
+    summary = json.loads((lake / "_quality" / "runs" / "broken.json").read_text())
+    assert {f["name"] for f in summary["critical_failures"]} == {"frames.key_unique", f"connections.byte_accounting.{direction}"}
+    assert (lake / "_quality" / "data_docs" / "index.html").exists()
