@@ -42,15 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
             inputs=False, logs=True)
     _common(sub.add_parser("run", help="every stage in order: ingest-captures, ingest-logs, lifecycle, metrics, validate, report"),
             inputs=True, logs=True)
-    lc = sub.add_parser("lifecycle", help="frames -> deliveries, flow_events, request_responses")
-    _common(lc, inputs=False)
-    lc.add_argument("--capture-id", action="append", help="only these captures (default: every capture in the lake)")
-    mt = sub.add_parser("metrics", help="lifecycle tables -> metrics_latency, metrics_settlement, metrics_flow, metrics_errors")
-    _common(mt, inputs=False)
-    mt.add_argument("--capture-id", action="append", help="only these captures (default: every capture in the lake)")
-    va = sub.add_parser("validate", help="run the expectation suites on the tables; data docs and results in <lake>/_quality")
-    _common(va, inputs=False)
-    va.add_argument("--capture-id", action="append", help="only these captures (default: every capture in the lake)")
+    for name, help_ in (
+        ("lifecycle", "frames -> deliveries, flow_events, request_responses"),
+        ("metrics", "lifecycle tables -> metrics_latency, metrics_settlement, metrics_flow, metrics_errors"),
+        ("validate", "run the expectation suites on the tables; data docs and results in <lake>/_quality"),
+    ):
+        stage = sub.add_parser(name, help=help_)
+        _common(stage, inputs=False)
+        stage.add_argument("--capture-id", action="append", help="only these captures (default: every capture in the lake)")
     rp = sub.add_parser("report", help="write the HTML report (PNG plots, top-N tables) of the lake")
     _common(rp, inputs=False)
     rp.add_argument("--out", metavar="DIR", help="report folder (config report.out)")

@@ -170,15 +170,7 @@ def _names(expected: str) -> Rule:
     return Rule(expected + " (strings; [] for none)", check)
 
 
-def _patterns() -> Rule:
-    def check(v):
-        v = [v] if isinstance(v, str) else v
-        if not isinstance(v, list) or not all(isinstance(p, str) and p for p in v):
-            raise ValueError
-        return v
-
-    return Rule("a list of expectation names, table names or fnmatch patterns (table.check*)", check)
-
+_EXPECTATION_PATTERNS = "a list of expectation names, table names or fnmatch patterns (table.check*)"
 
 SPEC: dict[str, Rule] = {
     "spark.master": _str(),
@@ -212,8 +204,8 @@ SPEC: dict[str, Rule] = {
     "report.top_n": _int(1),
     "report.busiest": _int(1),
     "validate.enabled": _bool(),
-    "validate.critical": _patterns(),
-    "validate.warning": _patterns(),
+    "validate.critical": _names(_EXPECTATION_PATTERNS),
+    "validate.warning": _names(_EXPECTATION_PATTERNS),
     "validate.max_decode_error_share": _fraction(),
     "validate.max_codec_error_share": _fraction(),
     "validate.window_slack_s": _int(0),
