@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from amqp_decode import detect
 from amqp_decode.redaction import DEFAULT_REDACT_HEADERS, HeaderRedactor
+from amqp_decode.tcp.reassembly import TLS_HANDSHAKE
 from amqp_decode.tcp.records import TO_SERVER, ConnectionRecord
 from amqp_decode.v0_9_1 import Amqp091StreamDecoder
 
@@ -137,12 +138,15 @@ class DecodingConsumer:
         self._redactor = HeaderRedactor(options.redact_headers)
 
     def _choose(self, first: bytes | None) -> None:
+        tls = bool(first) and first.startswith(TLS_HANDSHAKE)  # TLS on an AMQP port: recorded, not decoded
         name = detect.detect_protocol_header(first) if first else None
-        if name is None:
+        if name is None and not tls:
             name = sniff_framing(next((a[3] for k, a in self._held if k == "data"), b""))
         self.detected = name
         factory = CODECS.get(name, _v0_9_1)
         self.codec = factory(self.connection_id, name, self.options)
+        if tls:
+            self.codec.record_only("tls", "TLS records on an AMQP port (the client opened with a TLS handshake): recorded, not decoded")
         held, self._held = self._held, []
         for kind, args in held:
             getattr(self.codec, kind)(*args)
@@ -183,6 +187,15 @@ class DecodingConsumer:
 
     def drain_errors(self) -> list[dict]:
         return self.codec.drain_errors() if self.codec is not None else []
+
+    def drain_frame_errors(self) -> list[dict]:
+        """The codec's rows for frames whose content did not decode. Their raw bytes never went through the
+        header redaction (nothing decoded), so a frame that names a redacted header keeps only its hash."""
+        rows = self.codec.drain_frame_errors() if self.codec is not None else []
+        for row in rows:
+            if row["raw"] is not None and self._redactor.mentions(row["raw"]):
+                row["raw"], row["detail"] = None, row["detail"] + " (raw bytes withheld: they name a redacted header)"
+        return rows
 
     def connection_facts(self) -> dict:
         facts = self.codec.connection_facts() if self.codec is not None else {}

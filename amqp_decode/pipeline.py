@@ -58,7 +58,7 @@ class ErrorRow:
     error_id: str
     connection_id: str | None
     direction: str | None
-    stage: str  # capture | tcp | codec
+    stage: str  # capture | tcp | codec | frame
     offset: int
     length: int
     reason: str
@@ -242,11 +242,11 @@ def _gap_row(capture_id: str, gap: GapRecord) -> dict:
     )
 
 
-def _codec_error_row(capture_id: str, e: dict) -> dict:
+def _codec_error_row(capture_id: str, e: dict, stage: str = "codec") -> dict:
     return dataclasses.asdict(
         ErrorRow(
-            error_id=error_id(capture_id, e["connection_id"], e["direction"], "codec", e["stream_offset"]),
-            connection_id=e["connection_id"], direction=e["direction"], stage="codec", offset=e["stream_offset"],
+            error_id=error_id(capture_id, e["connection_id"], e["direction"], stage, e["stream_offset"]),
+            connection_id=e["connection_id"], direction=e["direction"], stage=stage, offset=e["stream_offset"],
             length=e["length"], reason=e["reason"], detail=e["detail"], ts_us=e["ts_us"], raw=e["raw"],
             raw_length=e["raw_length"], raw_sha256=e["raw_sha256"],
         )
@@ -323,6 +323,7 @@ class _FlowDecoder:
     def _collect(self, consumer: DecodingConsumer) -> None:
         self.frames += consumer.drain_frames()
         self.errors += [_codec_error_row(self.capture_id, e) for e in consumer.drain_errors()]
+        self.errors += [_codec_error_row(self.capture_id, e, "frame") for e in consumer.drain_frame_errors()]
 
     def batch(self, kind: str, n: int, **columns) -> pa.RecordBatch:
         return _out_batch(self.schema, kind, self.capture_id, n, **columns)

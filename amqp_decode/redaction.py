@@ -29,6 +29,14 @@ class HeaderRedactor:
     def __init__(self, names=DEFAULT_REDACT_HEADERS) -> None:
         self.names = frozenset(n.lower() for n in names)
         self._needles = tuple(json.dumps(n, ensure_ascii=False) for n in self.names)  # "name", as it appears quoted
+        self._raw_needles = tuple(n.encode("utf-8", "replace") for n in self.names)
+
+    def mentions(self, raw: bytes) -> bool:
+        """Whether undecoded wire bytes name any of the names (any case): their values cannot be told apart."""
+        if not self.names or not raw:
+            return False
+        low = bytes(raw).lower()
+        return any(n in low for n in self._raw_needles)
 
     def text(self, text: str | None) -> str | None:
         """The JSON ``text`` with the value of every matching member replaced (the same object when none matches)."""

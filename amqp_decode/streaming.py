@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import re
 
 from amqp_decode.detect import AMQP, HEADER_SIZE, could_be_header
 from amqp_decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionRecord
 
 START, SYNCED, RESYNC, OPAQUE = "start", "synced", "resync", "opaque"
 YES, NO, WAIT = 1, 0, -1
+_REASON = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a decode_error's machine-readable part, before ": "
 INTERNAL_ERROR = ("internal_error", "the decoder failed; later bytes of this direction are kept raw")
 
 
@@ -80,6 +82,14 @@ class FramerCore:
 
         The caller accounts the dropped bytes (``StreamDecoderBase._internal_error``)."""
         self.pending, self.region, self.base, self.mode = b"", None, self.expected, self.OPAQUE_MODE
+
+    def raw_at(self, offset: int, size: int) -> bytes | None:
+        """The bytes of the frame at stream ``offset`` while it is handed to the owner (inside ``_run``,
+        ``pending`` is the buffer being framed and starts at ``base``); None when they are not there."""
+        start = offset - self.base
+        if start < 0 or start + size > len(self.pending):
+            return None
+        return bytes(self.pending[start : start + size])
 
     def _ts(self, stream_offset: int) -> int:
         marks = self.marks
@@ -324,6 +334,7 @@ class StreamDecoderBase:
         self._trackers = trackers or {}
         self._frames: list[dict] = []
         self._errors: list[dict] = []
+        self._frame_errors: list[dict] = []  # frames that framed but did not decode (decode_errors stage frame)
         self._frame_counts = {TO_SERVER: 0, TO_CLIENT: 0}
         self._decode_errors = self._internal_errors = 0
         self._closed = False
@@ -362,6 +373,11 @@ class StreamDecoderBase:
             facts["transport_end_reason"], facts["transport_closed_by"] = connection.end_reason, connection.closed_by
         self._closed = True
 
+    def record_only(self, reason: str, detail: str) -> None:
+        """Before any byte: decode nothing, keep each direction as one error region with this reason (TLS)."""
+        for framer in self._framers.values():
+            framer.mode, framer.opaque_reason = framer.OPAQUE_MODE, (reason, detail)
+
     # -- output -----------------------------------------------------------------------------
     def drain_frames(self) -> list[dict]:
         rows, self._frames = self._frames, []
@@ -369,6 +385,12 @@ class StreamDecoderBase:
 
     def drain_errors(self) -> list[dict]:
         rows, self._errors = self._errors, []
+        return rows
+
+    def drain_frame_errors(self) -> list[dict]:
+        """Error rows (the ``drain_errors`` keys) of frames whose content did not decode. Their bytes are
+        frame bytes, so they are not part of the byte accounting; the row keeps them for a later decoder."""
+        rows, self._frame_errors = self._frame_errors, []
         return rows
 
     def connection_facts(self) -> dict:
@@ -415,6 +437,23 @@ class StreamDecoderBase:
             raw, detail = None, detail + " (raw bytes withheld: they may hold credentials)"
         self._errors.append(self._error_row(framer.direction, region.offset, region.length, region.reason, detail, raw,
                                             region.hasher.hexdigest(), region.ts_us))  # fmt: skip
+
+    def _frame_error(self, framer, row: dict) -> None:
+        """A frame row with ``decode_error`` set: counted, and its bytes kept for ``drain_frame_errors``."""
+        self._decode_errors += 1
+        text = row["decode_error"]
+        reason, sep, detail = text.partition(": ")
+        if not sep or not _REASON.fullmatch(reason):
+            reason, detail = "frame_decode_error", text
+        offset, size = row["stream_offset"], row["size"]
+        whole = framer.raw_at(offset, size)
+        raw, sha = None, None
+        if whole is not None:
+            sha = hashlib.sha256(whole).hexdigest()
+            raw = whole[: framer.max_error_bytes]
+            if self._may_hold_secret(framer.direction, offset, reason, whole):
+                raw, detail = None, detail + " (raw bytes withheld: they may hold credentials)"
+        self._frame_errors.append(self._error_row(framer.direction, offset, size, reason, detail, raw, sha, row["ts_us"]))
 
     def _row(self, framer, offset: int, ts_us: int, kind: str, channel, size: int) -> dict:
         row = self.FRAME_TEMPLATE.copy()

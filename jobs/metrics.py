@@ -198,7 +198,8 @@ def errors(frames, decode_errors, caps, bucket_s: int):
         F.lit(None).cast("string").alias("raised_by"), F.lit(None).cast("int").alias("code"),
         F.concat(F.lit("frame:"), F.split("decode_error", ":")[0]).alias("condition"))
     first_ts = caps.select("capture_id", F.col("first_ts").alias("cap_ts"))
-    decode = decode_errors.join(F.broadcast(first_ts), "capture_id").select(
+    # stage frame repeats a frames row's decode_error (counted above, with its dialect and channel)
+    decode = decode_errors.where(F.col("stage") != "frame").join(F.broadcast(first_ts), "capture_id").select(
         "capture_id", F.coalesce("ts", "cap_ts", F.timestamp_micros(F.lit(0))).alias("ts"),
         F.lit(None).cast("string").alias("dialect"), F.lit("decode_error").alias("kind"), "connection_id",
         F.lit(None).cast("int").alias("channel"), F.lit(None).cast("string").alias("raised_by"),

@@ -85,7 +85,7 @@ def with_connection_rows(captures, connections):
 
 
 def with_accounting(connections, frames, decode_errors):
-    """Per decoded connection and direction, the bytes frames and decode_errors (codec and gaps) account for.
+    """Per decoded connection and direction, the bytes frames and decode_errors (codec and gaps; frame-stage rows repeat frame bytes) account for.
 
     Decoded: a captured, non-TLS connection whose dialect was found (the others have no frames to count).
     """
@@ -97,7 +97,7 @@ def with_accounting(connections, frames, decode_errors):
 
     decoded = F.col("dialect").isNotNull() & ~F.col("tls") & (F.col("source") == SOURCE_CAPTURE)
     df = (connections.join(per_direction(frames, "size", "_f_"), "connection_id", "left")
-          .join(per_direction(decode_errors, "length", "_e_"), "connection_id", "left"))
+          .join(per_direction(decode_errors.where(F.col("stage") != "frame"), "length", "_e_"), "connection_id", "left"))
     for d in ex.TO_SERVER_CLIENT:
         df = df.withColumn(ex.accounted(d), F.when(decoded, F.coalesce(f"_f_{d}", F.lit(0)) + F.coalesce(f"_e_{d}", F.lit(0))))
     stream = sum(F.col(f"bytes_{d}") - F.col(f"missing_bytes_{d}") for d in ex.TO_SERVER_CLIENT)

@@ -69,7 +69,7 @@ ENUMS: dict[str, dict[str, tuple]] = {
         "flow_mode": ("credit", "window"),
         "source": ("capture", "trace_log"),
     },
-    "decode_errors": {"direction": TO_SERVER_CLIENT, "stage": ("capture", "tcp", "codec", "log")},
+    "decode_errors": {"direction": TO_SERVER_CLIENT, "stage": ("capture", "tcp", "codec", "frame", "log")},
     "deliveries": {
         "dialect": ("0-8", "0-9", "0-9-1", "1.0", "0-10"),
         "direction": TO_FROM_BROKER,

@@ -143,6 +143,8 @@ DECODE_ERRORS = Table(
         "Everything that could not be decoded, and every hole in a TCP stream, with the raw bytes "
         "(capped) and a hash of the whole so a later version can try again. stage says which layer: "
         "capture (file container, link, IP), tcp (missing stream bytes: gaps), codec (AMQP framing), "
+        "frame (a frame that framed but whose content did not decode: its frames row carries decode_error, its "
+        "bytes are frame bytes and not counted again in the byte accounting; raw holds the frame), "
         "log (a broker log line that could not be read: offset is its file offset, detail starts with its line number)."
     ),
     key=("error_id",),
@@ -152,7 +154,7 @@ DECODE_ERRORS = Table(
         CAPTURE_DATE,
         C("connection_id", "string", "null for capture-level problems"),
         C("direction", "string", "to_server | to_client; null for capture-level problems"),
-        C("stage", "string", "capture | tcp | codec | log", False),
+        C("stage", "string", "capture | tcp | codec | frame | log", False),
         C("offset", "int64", "file offset (stage capture) or stream offset (tcp, codec)", False),
         C("length", "int64", "bytes this row accounts for (skipped, missing or undecodable)", False),
         C("reason", "string", "short machine-readable code", False),

@@ -168,7 +168,11 @@ def _check_streams(consumer, inp: StreamInput, gaps: dict) -> None:
                 assert facts[f"gap_bytes_{d}"] == gaps[d]
     except (AssertionError, KeyError) as exc:
         raise Violation(f"byte accounting: {exc!r}") from None
-    _conform(frames, errors, facts)
+    frame_errors = consumer.drain_frame_errors()
+    bad = sorted((f["direction"], f["stream_offset"], f["size"]) for f in frames if f["decode_error"] is not None)
+    if sorted((e["direction"], e["stream_offset"], e["length"]) for e in frame_errors) != bad:
+        raise Violation(f"frame errors: {len(frame_errors)} stage-frame rows for {len(bad)} frames with a decode_error")
+    _conform(frames, errors + frame_errors, facts)
 
 
 @functools.cache

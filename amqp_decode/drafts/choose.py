@@ -101,5 +101,8 @@ class SharedHeaderConsumer:
     def drain_errors(self) -> list[dict]:
         return self.codec.drain_errors() if self.codec is not None else []
 
+    def drain_frame_errors(self) -> list[dict]:
+        return self.codec.drain_frame_errors() if self.codec is not None else []
+
     def connection_facts(self) -> dict:
         return self.codec.connection_facts() if self.codec is not None else {}

@@ -96,7 +96,8 @@ class DraftStreamDecoder(StreamDecoderBase):
             self._internal_errors += 1
         if row["decode_error"] is None and kind in _CHANNEL_ZERO and frame.channel != 0:
             row["decode_error"] = f"channel_error: a {kind} frame on channel {frame.channel} (must be 0)"
-        self._decode_errors += row["decode_error"] is not None
+        if row["decode_error"] is not None:
+            self._frame_error(framer, row)
         self._append(row)
 
     # -- frames -----------------------------------------------------------------------------

@@ -135,7 +135,7 @@ class Amqp010StreamDecoder(StreamDecoderBase):
         if row["decode_error"] is None and (flags & 0x30 or r1 or r2 or track > 0x0F):
             row["decode_error"] = "reserved_bits: reserved bits of the frame header are set"
         if row["decode_error"] is not None:
-            self._decode_errors += 1
+            self._frame_error(framer, row)
         self._append(row)
 
     # -- frames -----------------------------------------------------------------------------

@@ -142,7 +142,7 @@ class Amqp091StreamDecoder(StreamDecoderBase):
         row = self._row(framer, offset, ts_us, kind, channel, size)
         _FRAME_HANDLERS[kind](self, row, framer.direction, channel, payload)
         if row["decode_error"] is not None:
-            self._decode_errors += 1
+            self._frame_error(framer, row)
         self._append(row)
 
     # -- rows -------------------------------------------------------------------------------

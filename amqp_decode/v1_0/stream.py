@@ -126,7 +126,7 @@ class Amqp10StreamDecoder(StreamDecoderBase):
             row["decode_error"] = f"internal_error: {type(exc).__name__}: {exc}"
             self._internal_errors += 1
         if row["decode_error"] is not None:
-            self._decode_errors += 1
+            self._frame_error(framer, row)
         self._append(row)
 
     # -- frames -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ same batch functions (no Spark), decoded under the mutated file's capture id.
 from __future__ import annotations
 
 import collections
+import hashlib
 import pathlib
 import random
 
@@ -192,7 +193,11 @@ def test_field_tables_nested_10000_deep_are_a_frame_error_and_everything_after_d
     declare = mine.pop((_ends(conn), "to_server", 8))
     assert declare["method_name"] == "declare"
     assert declare["decode_error"].startswith("malformed_arguments: field tables nested deeper than 64")
-    assert errors == []  # the frame is well delimited: its row carries the error, no byte is an error byte
+    # the frame is well delimited: its row carries the error, and one stage-frame row keeps its bytes (no codec row)
+    injected = H.nested_table_declare(10_000)
+    assert [(e["stage"], e["reason"], e["offset"], e["length"], e["raw_sha256"]) for e in errors] == [
+        ("frame", "malformed_arguments", 8, declare["size"], hashlib.sha256(injected).hexdigest())]
+    assert len(injected) == declare["size"] and errors[0]["raw"] == injected[:4096]
     expected = _shifted(twin, 8, declare["size"])
     assert set(mine) == set(expected) and _equal_where_present(mine, expected, expected) == []
 
@@ -200,8 +205,10 @@ def test_field_tables_nested_10000_deep_are_a_frame_error_and_everything_after_d
 def test_a_1_0_list_claiming_2_32_elements_is_reported_and_everything_after_decodes(hostile):
     conn, mine, twin, errors = _synthetic(hostile, "amqp10_list_2_32.pcap")
     claim = [k for k, v in mine.items() if v["decode_error"] and "over the limit" in v["decode_error"]]
-    assert len(claim) == 1 and errors == []
+    assert len(claim) == 1
     assert mine.pop(claim[0])["size"] == len(H.LIST_CLAIM)  # the frame is well delimited: its row carries the error
+    # and one stage-frame row keeps its bytes; no byte is a codec error
+    assert [(e["stage"], e["offset"], e["length"], e["raw"]) for e in errors] == [("frame", claim[0][2], len(H.LIST_CLAIM), H.LIST_CLAIM)]
     expected = _shifted(twin, claim[0][2], len(H.LIST_CLAIM))
     assert set(mine) == set(expected) and _equal_where_present(mine, expected, expected) == []
 
@@ -213,10 +220,10 @@ def test_http_on_5672_is_error_rows_for_every_byte(hostile):
     assert got == [("to_client", "not_amqp", 0, len(H.HTTP[1][1])), ("to_server", "not_amqp", 0, len(H.HTTP[0][1]))]
 
 
-def test_tls_on_5672_is_flagged_tls_and_its_bytes_are_error_rows(hostile):
-    """TLS on the AMQP port: the connection says tls, and (the codec chosen before the TLS record was seen) every byte
-    is a not_amqp row, so nothing is lost or decoded as AMQP."""
+def test_tls_on_5672_is_flagged_tls_and_its_bytes_are_tls_rows(hostile):
+    """TLS on the AMQP port: the connection says tls and has no dialect, and every byte of each direction is one
+    ``tls`` row (recorded, not decoded), so nothing is lost or decoded as AMQP."""
     conn, mine, _, errors = _synthetic(hostile, "tls_5672.pcap")
-    assert conn["tls"] is True and mine == {}
+    assert conn["tls"] is True and conn["dialect"] is None and mine == {}
     got = sorted((e["direction"], e["reason"], e["offset"], e["length"]) for e in errors)
-    assert got == [("to_client", "not_amqp", 0, len(H.TLS[1][1])), ("to_server", "not_amqp", 0, len(H.TLS[0][1]))]
+    assert got == [("to_client", "tls", 0, len(H.TLS[1][1])), ("to_server", "tls", 0, len(H.TLS[0][1]))]

@@ -24,6 +24,7 @@ def test_decode_errors_counted_by_stage_and_reason_per_capture_and_connection(sp
         err(2, "tcp", "tcp_missing_segment", "c1", 2),
         err(3, "codec", "bad_frame_end", "c2", 3),
         err(4, "capture", "bad_record_header", None, 0),  # no connection, no time: counted at the capture's start
+        err(5, "frame", "malformed_arguments", "c2", 4),  # repeats a frames row's decode_error: counted from frames only
     ]
     decode_errors = spark.createDataFrame(rows, DECODE_ERRORS.spark_schema())
     frames = spark.createDataFrame([], FRAMES.spark_schema())
