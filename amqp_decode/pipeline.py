@@ -327,7 +327,7 @@ class _FlowDecoder:
     def batch(self, kind: str, n: int, **columns) -> pa.RecordBatch:
         return _out_batch(self.schema, kind, self.capture_id, n, **columns)
 
-    def feed(self, columns: dict) -> Iterator[pa.RecordBatch]:
+    def feed(self, columns) -> Iterator[pa.RecordBatch]:
         self.reassembler.feed_columns(columns)
         yield from self.drain(final=False)
 
@@ -391,6 +391,6 @@ def decode_flows(batches: Iterable[pa.RecordBatch], options: Options = Options()
             d = decoders.get(cid)
             if d is None:
                 d = decoders[cid] = _FlowDecoder(cid, options)
-            yield from d.feed(part.to_pydict())
+            yield from d.feed(part)  # the reassembler converts only the columns it reads
     for d in decoders.values():
         yield from d.finish()
