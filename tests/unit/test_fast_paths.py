@@ -57,3 +57,31 @@ def test_redaction_search_matches_the_substring_scan():
         assert (r._search(low) is not None) == any(n in low for n in r._needles), text
     empty = HeaderRedactor(())
     assert empty.text('{"password":1}') == '{"password":1}'
+
+
+def test_batch_functions_switch_to_the_system_pool_unless_one_was_chosen(monkeypatch):
+    import pyarrow as pa
+    import pytest
+
+    from amqp_decode import pipeline
+
+    other = None
+    for make in (pa.mimalloc_memory_pool, pa.jemalloc_memory_pool):
+        try:
+            other = make()
+            break
+        except NotImplementedError:
+            continue
+    if other is None:
+        pytest.skip("only the system pool in this pyarrow")
+    before = pa.default_memory_pool()
+    try:
+        pa.set_memory_pool(other)
+        monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", other.backend_name)
+        pipeline.use_system_memory_pool()
+        assert pa.default_memory_pool().backend_name == other.backend_name  # the operator's choice stands
+        monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL")
+        list(pipeline.decode_flows(iter([])))
+        assert pa.default_memory_pool().backend_name == "system"
+    finally:
+        pa.set_memory_pool(before)
