@@ -13,6 +13,7 @@ them is returned as it is, so the check costs one substring scan per row.
 from __future__ import annotations
 
 import json
+import re
 
 REDACTED = "<redacted>"
 # names whose values are credentials in the HTTP, STOMP and AMQP clients we know of
@@ -29,6 +30,8 @@ class HeaderRedactor:
     def __init__(self, names=DEFAULT_REDACT_HEADERS) -> None:
         self.names = frozenset(n.lower() for n in names)
         self._needles = tuple(json.dumps(n, ensure_ascii=False) for n in self.names)  # "name", as it appears quoted
+        # one search for any of the needles (the same answer as ``any(n in low for n in needles)``, in one C call)
+        self._search = re.compile("|".join(re.escape(n) for n in sorted(self._needles))).search if self.names else None
         self._raw_needles = tuple(n.encode("utf-8", "replace") for n in self.names)
 
     def mentions(self, raw: bytes) -> bool:
@@ -42,8 +45,7 @@ class HeaderRedactor:
         """The JSON ``text`` with the value of every matching member replaced (the same object when none matches)."""
         if not text or not self.names:
             return text
-        low = text.lower()
-        if not any(n in low for n in self._needles):
+        if self._search(text.lower()) is None:
             return text
         try:
             value = json.loads(text)

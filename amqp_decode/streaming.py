@@ -457,8 +457,15 @@ class StreamDecoderBase:
 
     def _row(self, framer, offset: int, ts_us: int, kind: str, channel, size: int) -> dict:
         row = self.FRAME_TEMPLATE.copy()
-        row.update(connection_id=self.connection_id, direction=framer.direction, stream_offset=offset, ts_us=ts_us,
-                   dialect=self.dialect, frame_type=kind, channel=channel, size=size)  # fmt: skip
+        # item by item, in the template's order: half the cost of ``update`` with keywords
+        row["connection_id"] = self.connection_id
+        row["direction"] = framer.direction
+        row["stream_offset"] = offset
+        row["ts_us"] = ts_us
+        row["dialect"] = self.dialect
+        row["frame_type"] = kind
+        row["channel"] = channel
+        row["size"] = size
         return row
 
     def _append(self, row: dict) -> None:

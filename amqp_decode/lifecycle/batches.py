@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 
 from amqp_decode.lifecycle.runner import LifecycleOptions, LifecycleRunner
-from amqp_decode.pipeline import to_struct_array
+from amqp_decode.pipeline import to_struct_array, use_system_memory_pool
 
 KINDS = ("delivery", "flow_event", "request_response")
 # frame columns the machines read; the others are not converted to Python
@@ -79,6 +79,7 @@ def lifecycle_batches(
     options: LifecycleOptions = LifecycleOptions(),
     batch_rows: int = 8192,
 ) -> Iterator[pa.RecordBatch]:
+    use_system_memory_pool()
     schema = lifecycle_out_schema(delivery_struct, flow_event_struct, request_response_struct)
     structs = dict(zip(KINDS, (delivery_struct, flow_event_struct, request_response_struct)))
     runner = LifecycleRunner(options)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+from heapq import heappop
 from collections.abc import Iterable
 
 from amqp_decode.lifecycle.amqp010 import Connection010
@@ -66,6 +67,7 @@ class LifecycleRunner:
         self._cid: str | None = None
         self._tracker = None
         self._heaps: dict[str, list] = {"to_server": [], "to_client": []}
+        self._hs, self._hc = self._heaps["to_server"], self._heaps["to_client"]  # the same lists, for _handle_next
         self._held = 0
         self._seq = 0
         self._done_offset: dict[str, int] = {}
@@ -75,6 +77,8 @@ class LifecycleRunner:
     def feed(self, rows: Iterable[dict]) -> None:
         window = self.options.reorder_window
         heaps = self._heaps
+        push = heapq.heappush
+        handle_next = self._handle_next
         for row in rows:
             cid = row["connection_id"]
             if cid != self._cid:
@@ -85,11 +89,11 @@ class LifecycleRunner:
             if heap is None or offset is None or ts is None:  # outside the contract: counted, not a crash
                 self.stats["bad_frames"] += 1
                 continue
-            self._seq += 1
-            heapq.heappush(heap, (offset, self._seq, row))
-            self._held += 1
-            if self._held > window:
-                self._handle_next()
+            seq = self._seq = self._seq + 1
+            push(heap, (offset, seq, row))
+            held = self._held = self._held + 1
+            if held > window:
+                handle_next()
 
     def finish(self) -> None:
         self._finish_connection()
@@ -118,25 +122,31 @@ class LifecycleRunner:
         self._done_offset.clear()
 
     def _handle_next(self) -> None:
-        hs, hc = self._heaps["to_server"], self._heaps["to_client"]
+        hs, hc = self._hs, self._hc
         if hs and hc:
             a, b = hs[0][2], hc[0][2]
             ta, tb = a["ts_us"], b["ts_us"]
             heap = hs if ta < tb or (ta == tb and _rank(a) <= _rank(b)) else hc
         else:
             heap = hs or hc
-        offset, _, row = heapq.heappop(heap)
+        offset, _, row = heappop(heap)
         self._held -= 1
         d = row["direction"]
-        if offset < self._done_offset.get(d, -1):
-            self.stats["late_frames"] += 1
+        done = self._done_offset
+        stats = self.stats
+        if offset < done.get(d, -1):
+            stats["late_frames"] += 1
         else:
-            self._done_offset[d] = offset
-        self.stats["frames"] += 1
-        if self._tracker is None:
-            self.stats["unsupported_frames"] += 1
+            done[d] = offset
+        stats["frames"] += 1
+        tracker = self._tracker
+        if tracker is None:
+            stats["unsupported_frames"] += 1
             return
-        self._tracker.on_frame(row, frame_id_of(row), row["ts_us"])
+        fid = row.get("frame_id")  # frame_id_of, inlined
+        if fid is None:
+            fid = frame_id_of(row)
+        tracker.on_frame(row, fid, row["ts_us"])
 
     # -- output ----------------------------------------------------------------------------------
     def drain_deliveries(self) -> list[dict]:

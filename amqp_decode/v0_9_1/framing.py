@@ -76,32 +76,44 @@ class DirectionFramer(DirectionFramerBase):
         return pos + HEADER_SIZE
 
     def _synced(self, buf: bytes, mv: memoryview, pos: int, n: int, final: bool) -> int:
-        if n - pos < 7:
-            self.need = 7
-            self.stalled = True
-            return pos
-        ftype, channel, size = FRAME_HEADER.unpack_from(buf, pos)
-        kind = self.owner.frame_types.get(ftype)
-        if size > self.owner.frame_limit():
-            return self._lose_sync(pos, "frame_too_large", f"frame header claims {size} payload bytes, over the limit of {self.owner.frame_limit()}")
-        end = pos + size + 8
-        if end > n:
-            if kind is None and size > self.owner.resync_limit():
-                return self._lose_sync(pos, "unknown_frame_type", f"frame type {ftype} with an implausible size {size}")
-            self.need = end - pos
-            self.stalled = True
-            return pos
-        if buf[end - 1] != FRAME_END:
-            if kind is None:
-                return self._lose_sync(pos, "unknown_frame_type", f"frame type {ftype} and no frame-end where its size points")
-            return self._lose_sync(pos, "bad_frame_end", f"octet 0x{buf[end - 1]:02x} where the frame-end 0xce belongs ({kind} frame of {size} bytes)")
-        if kind is None:  # well delimited, just not a type of this dialect: keep it as one error
-            self._open_region(pos, "unknown_frame_type", f"frame type {ftype} is not defined in this dialect ({size} payload bytes)")
-            self.region.add(mv[pos:end])
-            self._flush_region()
-            return end
-        self._emit(mv, pos, end, kind, channel)
-        return end
+        """Frame after frame while the mode stays SYNCED (the ``_run`` loop's test, without its dispatch per frame)."""
+        owner = self.owner
+        on_frame, frame_limit = owner.on_frame, owner.frame_limit
+        unpack, marks, base = FRAME_HEADER.unpack_from, self.marks, self.base
+        while True:
+            if n - pos < 7:
+                self.need = 7
+                self.stalled = True
+                return pos
+            ftype, channel, size = unpack(buf, pos)
+            kind = owner.frame_types.get(ftype)
+            if size > frame_limit():
+                return self._lose_sync(pos, "frame_too_large", f"frame header claims {size} payload bytes, over the limit of {frame_limit()}")
+            end = pos + size + 8
+            if end > n:
+                if kind is None and size > owner.resync_limit():
+                    return self._lose_sync(pos, "unknown_frame_type", f"frame type {ftype} with an implausible size {size}")
+                self.need = end - pos
+                self.stalled = True
+                return pos
+            if buf[end - 1] != FRAME_END:
+                if kind is None:
+                    return self._lose_sync(pos, "unknown_frame_type", f"frame type {ftype} and no frame-end where its size points")
+                return self._lose_sync(pos, "bad_frame_end", f"octet 0x{buf[end - 1]:02x} where the frame-end 0xce belongs ({kind} frame of {size} bytes)")
+            if kind is None:  # well delimited, just not a type of this dialect: keep it as one error
+                self._open_region(pos, "unknown_frame_type", f"frame type {ftype} is not defined in this dialect ({size} payload bytes)")
+                self.region.add(mv[pos:end])
+                self._flush_region()
+                return end
+            # _emit, with _ts inlined
+            off = base + pos
+            while len(marks) > 1 and marks[1][0] <= off:
+                marks.popleft()
+            on_frame(self, off, marks[0][1] if marks else 0, kind, channel, mv[pos + 7 : end - 1], end - pos)
+            self.frame_bytes += end - pos
+            pos = end
+            if pos >= n or self.stalled or self.mode != SYNCED:
+                return pos
 
     def _scanner(self):
         types = tuple(sorted(self.owner.frame_types))

@@ -137,9 +137,29 @@ def _finite(value):
 _STRICT = json.JSONEncoder(default=_default, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
+def _one_encoder():
+    """``_STRICT``'s C encoder, built once instead of on every call (``JSONEncoder.encode`` builds one per call).
+
+    No circular-reference markers: decoded values are trees, so the encoder keeps no state between calls.
+    None when the C accelerator is missing; ``to_json`` then uses ``_STRICT``.
+    """
+    try:
+        from json.encoder import c_make_encoder, encode_basestring
+
+        if c_make_encoder is None:
+            return None
+        encode = c_make_encoder(None, _default, encode_basestring, None, ":", ",", False, False, False)
+        return lambda value: "".join(encode(value, 0))
+    except (ImportError, TypeError):  # another Python's signature
+        return None
+
+
+_FAST = _one_encoder() or _STRICT
+
+
 def to_json(value) -> str:
     """Compact JSON; bytes as hex, decimals as strings, tables as objects."""
     try:
-        return _STRICT(value)
+        return _FAST(value)
     except ValueError:  # NaN or infinity somewhere in a field table
         return _STRICT(_finite(value))

@@ -156,7 +156,7 @@ class Amqp091StreamDecoder(StreamDecoderBase):
             row["class_name"] = self.tables.classes.get(class_id)
         if meta is not None:
             row["method_name"] = meta[1]
-            if args is not None and not oob:
+            if args is not None and not oob and meta[0] == "connection":  # the only class either looks at
                 self._facts.on_method(direction, meta[0], meta[1], args)  # may redact args
                 self._after_method(direction, meta, args, row["stream_offset"] + row["size"])
             if not oob:
