@@ -118,7 +118,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.max_time:
         flags.append(f"-max_total_time={args.max_time}")
     if args.one:  # before anything imports amqp_decode, or atheris cannot instrument it
-        return fuzz_one(args.one, out, flags)
+        # libFuzzer's own artifacts (an input that ran out of time or memory) go next to the findings, not into cwd
+        (out / "artifacts" / args.one).mkdir(parents=True, exist_ok=True)
+        return fuzz_one(args.one, out, [*flags, f"-artifact_prefix={out / 'artifacts' / args.one}/"])
     pending = [t.strip() for t in args.targets.split(",") if t.strip()]
     unknown = set(pending) - set(TARGETS)
     if unknown:
