@@ -29,8 +29,7 @@ without direction, stream_offset or ts_us is skipped and counted in
 from __future__ import annotations
 
 import dataclasses
-import heapq
-from heapq import heappop
+from heapq import heappop, heappush
 from collections.abc import Iterable
 
 from amqp_decode.lifecycle.amqp010 import Connection010
@@ -77,7 +76,7 @@ class LifecycleRunner:
     def feed(self, rows: Iterable[dict]) -> None:
         window = self.options.reorder_window
         heaps = self._heaps
-        push = heapq.heappush
+        push = heappush
         handle_next = self._handle_next
         for row in rows:
             cid = row["connection_id"]
@@ -143,10 +142,7 @@ class LifecycleRunner:
         if tracker is None:
             stats["unsupported_frames"] += 1
             return
-        fid = row.get("frame_id")  # frame_id_of, inlined
-        if fid is None:
-            fid = frame_id_of(row)
-        tracker.on_frame(row, fid, row["ts_us"])
+        tracker.on_frame(row, frame_id_of(row), row["ts_us"])
 
     # -- output ----------------------------------------------------------------------------------
     def drain_deliveries(self) -> list[dict]:

@@ -194,3 +194,5 @@ _HANDLERS = {
     ("connection", "close-ok"): ConnectionFacts._close_ok,
     ("connection", "blocked"): ConnectionFacts._blocked,
 }
+# classes whose methods any handler looks at: the stream decoder skips ``on_method`` for the others
+FACT_CLASSES = frozenset(c for c, _ in _HANDLERS)

@@ -20,7 +20,7 @@ from amqp_decode.detect import D0_8, D0_9_1, FAMILY_0_9_1, describe, detect_prot
 from amqp_decode.streaming import StreamDecoderBase, decode_both
 from amqp_decode.tcp.records import TO_CLIENT, TO_SERVER
 from amqp_decode.v0_9_1.content import ContentTracker
-from amqp_decode.v0_9_1.facts import ConnectionFacts
+from amqp_decode.v0_9_1.facts import FACT_CLASSES, ConnectionFacts
 from amqp_decode.v0_9_1.fieldtable import RABBITMQ
 from amqp_decode.v0_9_1.frames import ALL_METHOD_KEYS, channel_rule, tables_for
 from amqp_decode.v0_9_1.framing import FOREIGN, SYNCED, DirectionFramer
@@ -156,7 +156,8 @@ class Amqp091StreamDecoder(StreamDecoderBase):
             row["class_name"] = self.tables.classes.get(class_id)
         if meta is not None:
             row["method_name"] = meta[1]
-            if args is not None and not oob and meta[0] == "connection":  # the only class either looks at
+            # facts and _after_method look at connection-class methods only (FACT_CLASSES: from the facts' handlers)
+            if args is not None and not oob and meta[0] in FACT_CLASSES:
                 self._facts.on_method(direction, meta[0], meta[1], args)  # may redact args
                 self._after_method(direction, meta, args, row["stream_offset"] + row["size"])
             if not oob:
