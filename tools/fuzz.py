@@ -24,6 +24,7 @@ import time
 
 TARGETS = ("0-9-1", "1.0", "0-10", "drafts", "capture")  # tools.fuzz_targets.TARGETS, not imported here (see fuzz_one)
 MEMORY_EVERY = 50  # one input in this many also runs under tracemalloc (which makes it ~3x slower)
+ROWS_EVERY = 4  # one stream input in this many has its rows converted to the tables' Arrow types (as costly as the decode)
 STATS_EVERY = 2000
 
 
@@ -45,7 +46,8 @@ class Campaign:
         self.inputs += 1
         t0 = time.perf_counter()
         try:
-            self.run_target(self.target, data, check_memory=self.inputs % MEMORY_EVERY == 0)
+            self.run_target(self.target, data, check_memory=self.inputs % MEMORY_EVERY == 0,
+                            check_rows=self.inputs % ROWS_EVERY == 0 or self.inputs % MEMORY_EVERY == 0)
         except Exception as exc:  # a finding: keep the input, go on
             self._found(data, exc)
         elapsed = time.perf_counter() - t0

@@ -52,19 +52,31 @@ def reference(tmp_path_factory):
     return snapshot(tmp / "lake")
 
 
-@pytest.mark.parametrize("first_table_of_stage", ["connections", "deliveries", "metrics_latency"])
-def test_killed_then_restarted_run_ends_in_the_same_tables(reference, tmp_path, first_table_of_stage):
-    lake = tmp_path / "lake"
-    proc = subprocess.Popen(amqplens(lake, tmp_path), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+def _kill_when_created(cmd, table_dir) -> None:
+    """Start a run and SIGKILL it (the driver and its JVM, no chance to clean up) once ``table_dir`` has a Delta log."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 300
-    while not (lake / first_table_of_stage / "_delta_log").exists():
-        assert proc.poll() is None, "the run ended before the stage began"
+    while not (table_dir / "_delta_log").exists():
+        assert proc.poll() is None, f"the run ended before {table_dir.name} was created"
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM, without a chance to clean up
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    interrupted = snapshot(lake)
-    assert interrupted != reference  # the kill really left the lake unfinished
+
+
+def test_killed_in_each_stage_then_restarted_run_ends_in_the_same_tables(reference, tmp_path):
+    """Kill, restart, kill the restart one stage further on, ... then let the last restart finish.
+
+    Each restart redoes the stage its predecessor died in (ingest-captures: the captures table was
+    not committed; lifecycle and metrics always rerun), so every stage is once killed and redone.
+    """
+    lake = tmp_path / "lake"
+    seen = []
+    for first_table_of_stage in ("connections", "deliveries", "metrics_latency"):
+        _kill_when_created(amqplens(lake, tmp_path), lake / first_table_of_stage)
+        interrupted = snapshot(lake)
+        assert interrupted != reference, f"the kill in {first_table_of_stage}'s stage left the lake finished"
+        assert interrupted not in seen  # each restart got one stage further before its kill
+        seen.append(interrupted)
     subprocess.run(amqplens(lake, tmp_path), cwd=ROOT, check=True, capture_output=True, timeout=600)
     assert snapshot(lake) == reference
