@@ -52,6 +52,11 @@ def _struct_of(cls) -> pa.StructType:
     return pa.struct([pa.field(f.name, _arrow_type(hints[f.name])) for f in dataclasses.fields(cls)])
 
 
+# decode_errors.stage of a frame that framed but did not decode: its bytes are also the frame's, so
+# byte accounting (jobs/quality.py) and metrics_errors (jobs/metrics.py) leave these rows out
+STAGE_FRAME = "frame"
+
+
 @dataclasses.dataclass
 class ErrorRow:
     """One decode_errors row before the job adds capture-level columns."""
@@ -337,7 +342,7 @@ class _FlowDecoder:
     def _collect(self, consumer: DecodingConsumer) -> None:
         self.frames += consumer.drain_frames()
         self.errors += [_codec_error_row(self.capture_id, e) for e in consumer.drain_errors()]
-        self.errors += [_codec_error_row(self.capture_id, e, "frame") for e in consumer.drain_frame_errors()]
+        self.errors += [_codec_error_row(self.capture_id, e, STAGE_FRAME) for e in consumer.drain_frame_errors()]
 
     def batch(self, kind: str, n: int, **columns) -> pa.RecordBatch:
         return _out_batch(self.schema, kind, self.capture_id, n, **columns)

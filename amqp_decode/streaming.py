@@ -35,6 +35,16 @@ from amqp_decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionRecord
 START, SYNCED, RESYNC, OPAQUE = "start", "synced", "resync", "opaque"
 YES, NO, WAIT = 1, 0, -1
 _REASON = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a decode_error's machine-readable part, before ": "
+
+
+def decode_error_parts(text: str) -> tuple[str, str]:
+    """A frame's ``decode_error`` as the (reason, detail) of its decode_errors row (stage frame)."""
+    reason, sep, detail = text.partition(": ")
+    if not sep or not _REASON.fullmatch(reason):
+        return "frame_decode_error", text
+    return reason, detail
+
+
 INTERNAL_ERROR = ("internal_error", "the decoder failed; later bytes of this direction are kept raw")
 
 
@@ -441,10 +451,7 @@ class StreamDecoderBase:
     def _frame_error(self, framer, row: dict) -> None:
         """A frame row with ``decode_error`` set: counted, and its bytes kept for ``drain_frame_errors``."""
         self._decode_errors += 1
-        text = row["decode_error"]
-        reason, sep, detail = text.partition(": ")
-        if not sep or not _REASON.fullmatch(reason):
-            reason, detail = "frame_decode_error", text
+        reason, detail = decode_error_parts(row["decode_error"])
         offset, size = row["stream_offset"], row["size"]
         whole = framer.raw_at(offset, size)
         raw, sha = None, None

@@ -118,7 +118,8 @@ def structs() -> dict[str, pa.StructType]:
         "connection": pa.struct([pa.field("connection_id", s), pa.field("start_ts_us", i64), pa.field("end_ts_us", i64),
                                  *facts_struct()]),
         "error": pa.struct([pa.field("line_number", i64), pa.field("offset", i64), pa.field("length", i64),
-                            pa.field("reason", s), pa.field("detail", s), pa.field("raw", pa.binary()), pa.field("row_id", s)]),
+                            pa.field("reason", s), pa.field("detail", s), pa.field("raw", pa.binary()), pa.field("row_id", s),
+                            pa.field("stage", s)]),  # null: "log"; "frame" for a traced frame that did not decode
     }
 
 
@@ -347,7 +348,7 @@ def _errors_df(out, logs, max_error_bytes: int):
 
     e = (out.where(F.col("kind") == "error").select("log_id", "error.*").join(F.broadcast(logs), "log_id")
          .withColumnRenamed("log_id", "capture_id").withColumnRenamed("log_date", "capture_date")
-         .withColumn("error_id", F.col("row_id")).withColumn("stage", F.lit("log"))
+         .withColumn("error_id", F.col("row_id")).withColumn("stage", F.coalesce("stage", F.lit("log")))
          .withColumn("connection_id", F.lit(None).cast("string")).withColumn("direction", F.lit(None).cast("string"))
          .withColumn("ts", F.lit(None).cast("timestamp"))
          .withColumn("raw_length", F.length("raw").cast("long")).withColumn("raw_sha256", F.sha2("raw", 256))

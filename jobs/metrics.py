@@ -15,6 +15,7 @@ import sys
 import uuid
 
 from amqp_decode import __version__
+from amqp_decode.pipeline import STAGE_FRAME
 from jobs.config import Config
 from jobs.ingest_captures import conform
 from jobs.lake import TableStore
@@ -199,7 +200,7 @@ def errors(frames, decode_errors, caps, bucket_s: int):
         F.concat(F.lit("frame:"), F.split("decode_error", ":")[0]).alias("condition"))
     first_ts = caps.select("capture_id", F.col("first_ts").alias("cap_ts"))
     # stage frame repeats a frames row's decode_error (counted above, with its dialect and channel)
-    decode = decode_errors.where(F.col("stage") != "frame").join(F.broadcast(first_ts), "capture_id").select(
+    decode = decode_errors.where(F.col("stage") != STAGE_FRAME).join(F.broadcast(first_ts), "capture_id").select(
         "capture_id", F.coalesce("ts", "cap_ts", F.timestamp_micros(F.lit(0))).alias("ts"),
         F.lit(None).cast("string").alias("dialect"), F.lit("decode_error").alias("kind"), "connection_id",
         F.lit(None).cast("int").alias("channel"), F.lit(None).cast("string").alias("raised_by"),

@@ -91,13 +91,15 @@ def with_accounting(connections, frames, decode_errors):
     """
     from pyspark.sql import functions as F
 
+    from amqp_decode.pipeline import STAGE_FRAME
+
     def per_direction(df, measure, prefix):
         return df.where(F.col("connection_id").isNotNull()).groupBy("connection_id").agg(
             *(F.sum(F.when(F.col("direction") == d, F.col(measure))).alias(f"{prefix}{d}") for d in ex.TO_SERVER_CLIENT))
 
     decoded = F.col("dialect").isNotNull() & ~F.col("tls") & (F.col("source") == SOURCE_CAPTURE)
     df = (connections.join(per_direction(frames, "size", "_f_"), "connection_id", "left")
-          .join(per_direction(decode_errors.where(F.col("stage") != "frame"), "length", "_e_"), "connection_id", "left"))
+          .join(per_direction(decode_errors.where(F.col("stage") != STAGE_FRAME), "length", "_e_"), "connection_id", "left"))
     for d in ex.TO_SERVER_CLIENT:
         df = df.withColumn(ex.accounted(d), F.when(decoded, F.coalesce(f"_f_{d}", F.lit(0)) + F.coalesce(f"_e_{d}", F.lit(0))))
     stream = sum(F.col(f"bytes_{d}") - F.col(f"missing_bytes_{d}") for d in ex.TO_SERVER_CLIENT)

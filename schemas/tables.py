@@ -144,7 +144,8 @@ DECODE_ERRORS = Table(
         "(capped) and a hash of the whole so a later version can try again. stage says which layer: "
         "capture (file container, link, IP), tcp (missing stream bytes: gaps), codec (AMQP framing), "
         "frame (a frame that framed but whose content did not decode: its frames row carries decode_error, its "
-        "bytes are frame bytes and not counted again in the byte accounting; raw holds the frame), "
+        "bytes are frame bytes and not counted again in the byte accounting; raw holds the frame; from a frame trace "
+        "(Qpid Proton's PN_TRACE_FRM) raw is the trace line, offset its file offset), "
         "log (a broker log line that could not be read: offset is its file offset, detail starts with its line number)."
     ),
     key=("error_id",),

@@ -33,6 +33,8 @@ from amqp_decode.detect import describe
 from amqp_decode.logs.lines import Line
 from amqp_decode.logs.proton_values import TraceValueError, parse_value, unquote
 from amqp_decode.logs.records import decode_line, error_row
+from amqp_decode.pipeline import STAGE_FRAME
+from amqp_decode.streaming import decode_error_parts
 from amqp_decode.tcp.records import TO_CLIENT, TO_SERVER
 from amqp_decode.v1_0.composites import NAMES, PERFORMATIVES, SASL_FRAMES, code_of, fields, to_json
 from amqp_decode.v1_0.facts import ConnectionFacts
@@ -140,8 +142,17 @@ def _held(conn: _Connection, item: tuple) -> Iterator[tuple[str, dict]]:
     conn.pending.append(item)
     if conn.outgoing is None:
         return
+    yield from _rows(conn)
+
+
+def _rows(conn: _Connection) -> Iterator[tuple[str, dict]]:
+    """The held lines' frame rows; a frame that did not decode is also an error row (stage frame), as from a capture."""
     for held in conn.pending:
-        yield "frame", _row(conn, *held)
+        row = _row(conn, *held)
+        yield "frame", row
+        if row["decode_error"] is not None:
+            reason, detail = decode_error_parts(row["decode_error"])
+            yield "error", dict(error_row(held[0], reason, f"{row['performative']} frame: {detail}"), stage=STAGE_FRAME)
     conn.pending.clear()
 
 
@@ -199,9 +210,7 @@ def _transfer(conn: _Connection, row: dict, direction: str, args: dict, tail: st
 def _finish(conn: _Connection) -> Iterator[tuple[str, dict]]:
     if conn.outgoing is None:  # no performative told: the traced process is the client
         conn.outgoing = TO_SERVER
-    for held in conn.pending:
-        yield "frame", _row(conn, *held)
-    conn.pending.clear()
+    yield from _rows(conn)
     row = dict(conn.facts.facts)  # the codec's connection facts, keyed as its connection rows are
     row.update(start_ts_us=conn.first_line, end_ts_us=conn.last_line, trace_pointer=conn.pointer,
                frames_to_server=conn.counts[TO_SERVER], frames_to_client=conn.counts[TO_CLIENT])

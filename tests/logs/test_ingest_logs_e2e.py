@@ -26,7 +26,11 @@ def lake(spark, tmp_path_factory):
     out = tmp_path_factory.mktemp("logs_e2e")
     garbage = out / "notes.txt"
     garbage.write_text("these are not log lines\n")
-    logs = [BROKER / "rabbitmq.log", LOGS / "rabbitmq_3_10.log", LOGS / "tracing_json.log", BROKER / "amqp10_proton.trace.txt", garbage]
+    # the proton trace with one transfer's handle cut out: that frame cannot be put on a link
+    cut = out / "cut_handle.trace.txt"
+    cut.write_bytes((BROKER / "amqp10_proton.trace.txt").read_bytes().replace(b"@transfer(20) [handle=0x0, ", b"@transfer(20) [", 1))
+    logs = [BROKER / "rabbitmq.log", LOGS / "rabbitmq_3_10.log", LOGS / "tracing_json.log", BROKER / "amqp10_proton.trace.txt", cut,
+            garbage]
     # the quality gates have tests of their own; here they would only add minutes
     args = ["--lake", str(out / "lake"), "--run-id", "logs-e2e", "--set", f"report.out={out / 'report'}", "--set", "validate.enabled=false"]
     assert cli.main(["run", "--input", *map(str, CAPTURES), "--logs", *map(str, logs), *args]) == 0
@@ -46,11 +50,25 @@ def _capture_id(spark, lake, path):
 def test_each_log_is_a_captures_row_and_the_unknown_one_an_error(spark, lake):
     rows = {r.path: r for r in _read(spark, lake, "captures").collect()}
     formats = [rows[str(p)].format for p in lake["logs"]]
-    assert formats == ["rabbitmq-3.9", "rabbitmq-3.9", "rabbitmq-trace-json", "proton-trace", "log-unknown"]
+    assert formats == ["rabbitmq-3.9", "rabbitmq-3.9", "rabbitmq-trace-json", "proton-trace", "proton-trace", "log-unknown"]
     bad = rows[str(lake["logs"][-1])]
     assert bad.status == "failed" and bad.capture_errors == 1
     (err,) = _read(spark, lake, "decode_errors").where(f"capture_id = '{bad.capture_id}'").collect()
     assert (err.stage, err.reason, err.offset, bytes(err.raw)) == ("log", "unknown_log_format", 0, b"these are not log lines")
+
+
+def test_a_traced_frame_that_did_not_decode_is_one_stage_frame_error_counted_once(spark, lake):
+    cut = lake["logs"][4]
+    cid = _capture_id(spark, lake, cut)
+    (err,) = _read(spark, lake, "decode_errors").where(f"capture_id = '{cid}'").collect()
+    line = next(i for i, text in enumerate(cut.read_bytes().splitlines(), 1) if b"@transfer(20) [delivery-id" in text)
+    assert (err.stage, err.reason) == ("frame", "bad_transfer") and err.detail.startswith(f"line {line}: transfer frame: ")
+    (frame,) = _read(spark, lake, "frames").where(f"capture_id = '{cid}' and decode_error is not null").collect()
+    assert frame.stream_offset == line and frame.decode_error.startswith("bad_transfer: ")
+    # metrics_errors counts it once, from the frame (the decode_errors row of stage frame repeats it)
+    counted = _read(spark, lake, "metrics_errors").where(f"capture_id = '{cid}' and kind = 'decode_error'").collect()
+    assert {(m.entity_kind, m.bucket_seconds) for m in counted} >= {("capture", 0), ("connection", 0)}
+    assert {(m.condition, m["count"]) for m in counted} == {("frame:bad_transfer", 1)}  # every entity and bucket width
 
 
 def test_channel_errors_join_the_captured_connection_and_match_its_close_frames(spark, lake):

@@ -97,3 +97,22 @@ def test_bad_trace_lines_are_counted_and_the_frames_around_them_kept(tmp_path):
     clean = of_kind(records(BROKER / "amqp10_proton.trace.txt"), "frame")
     got = [f for f in of_kind(recs, "frame") if f["stream_offset"] != 12]
     assert [f["performative"] for f in got] == [f["performative"] for f in clean]
+
+
+def test_a_traced_frame_that_does_not_decode_is_also_an_error_row_of_stage_frame(tmp_path):
+    """Bad input tried: a transfer whose handle was cut from the line (no link to put the message on)."""
+    lines = (BROKER / "amqp10_proton.trace.txt").read_bytes().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if b"@transfer(20) [handle=0x0, " in line)
+    lines[at] = lines[at].replace(b"handle=0x0, ", b"", 1)
+    path = tmp_path / "trace.txt"
+    path.write_bytes(b"".join(lines))
+    recs = records(path)
+    bad = [f for f in of_kind(recs, "frame") if f["decode_error"] is not None]
+    assert [(f["stream_offset"], f["performative"]) for f in bad] == [(at + 1, "transfer")]
+    assert bad[0]["decode_error"].startswith("bad_transfer: ")
+    errors = of_kind(recs, "error")
+    assert [(e["line_number"], e["stage"], e["reason"]) for e in errors] == [(at + 1, "frame", "bad_transfer")]
+    assert errors[0]["raw"] == lines[at].rstrip(b"\n") and errors[0]["detail"].startswith(f"line {at + 1}: transfer frame: ")
+    # the other frames are the clean trace's
+    clean = of_kind(records(BROKER / "amqp10_proton.trace.txt"), "frame")
+    assert len(of_kind(recs, "frame")) == len(clean) and not any(f["decode_error"] for f in clean)

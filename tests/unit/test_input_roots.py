@@ -3,7 +3,8 @@
 Tried: a file inside the root (allowed), a path climbing out with ``..``, a glob
 whose ``..`` reaches a sibling folder, a symlinked file and a symlinked folder
 inside the root pointing outside, a root given through a symlink (allowed), a
-sibling folder whose name starts with the root's name, and no roots at all.
+sibling folder whose name starts with the root's name, and no roots at all;
+for broker logs (ingest-logs), a path, a glob and a symlink leaving the root.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import pytest
 
 from jobs.config import load_config
+from jobs.ingest_logs import log_files
 from jobs.inputs import InputError, capture_files, expand_inputs
 
 
@@ -66,3 +68,17 @@ def test_the_config_key_defaults_to_no_roots_and_takes_a_list():
     assert load_config(sets=["inputs.roots=[/data/captures, /mnt/pcaps]"])["inputs.roots"] == ["/data/captures", "/mnt/pcaps"]
     with pytest.raises(Exception, match="inputs.roots"):
         load_config(sets=["inputs.roots=[1, 2]"])
+
+
+def test_broker_logs_are_held_to_the_roots_too(tree):
+    tmp, root, outside = tree
+    (root / "logs").mkdir()
+    (root / "logs" / "rabbit.log").write_text("2026-11-21 10:00:00.000 [info] <0.1.0> started\n")
+    (outside / "other.log").write_text("2026-11-21 10:00:00.000 [info] <0.1.0> private\n")
+    assert [f.path for f in log_files([str(root / "logs")], [str(root)])] == [str(root / "logs" / "rabbit.log")]
+    for spec in (f"{root}/../private/other.log", f"{root}/day1/../../private/*.log"):
+        with pytest.raises(InputError, match="outside the configured inputs.roots"):
+            log_files([spec], [str(root)])
+    os.symlink(outside / "other.log", root / "logs" / "link.log")
+    with pytest.raises(InputError, match=r"link.log' resolves to .*private/other.log"):
+        log_files([str(root / "logs")], [str(root)])
