@@ -12,6 +12,8 @@ import copy
 import dataclasses
 import pathlib
 import re
+import site
+import sys
 import zipfile
 from typing import Any, Callable
 
@@ -19,9 +21,18 @@ import yaml
 
 
 def _conf_dir() -> pathlib.Path | zipfile.Path:
-    """``conf/`` next to the packages; inside the zip when spark-submit runs us from ``--py-files``."""
+    """``conf/`` next to the packages (the source tree); inside the zip when spark-submit runs us from
+    ``--py-files``; ``<prefix>/share/amqplens/conf`` when the wheel is installed (its data files)."""
     root = pathlib.Path(__file__).resolve().parent.parent
-    return zipfile.Path(root, "conf/") if zipfile.is_zipfile(root) else root / "conf"
+    if zipfile.is_zipfile(root):
+        return zipfile.Path(root, "conf/")
+    if (root / "conf" / "defaults.yaml").is_file():
+        return root / "conf"
+    for prefix in (sys.prefix, site.getuserbase()):  # pip install into a venv / the interpreter, or --user
+        installed = pathlib.Path(prefix) / "share" / "amqplens" / "conf"
+        if (installed / "defaults.yaml").is_file():
+            return installed
+    return root / "conf"  # load_config then says which defaults.yaml is missing
 
 
 CONF_DIR = _conf_dir()

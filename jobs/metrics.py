@@ -79,19 +79,19 @@ def _latency_sources(deliveries, requests, connections, frames):
                 "queue", "exchange"),
         _delivery_entities(F))
 
-    pubs = d.where(F.col("direction") == "to_broker").select(
-        "capture_id", F.col("message_id").alias("p_mid"), F.col("body_sha256").alias("p_sha"),
+    pubs = d.where(F.col("direction") == "to_broker").select(  # p_*: no name shared with dels (both are d)
+        F.col("capture_id").alias("p_cap"), F.col("message_id").alias("p_mid"), F.col("body_sha256").alias("p_sha"),
         F.col("exchange").alias("p_ex"), F.col("routing_key").alias("p_rk"), F.col("sent_ts").alias("p_ts"))
     dels = d.where(F.col("direction") == "from_broker")
     by_id = dels.where(F.col("message_id").isNotNull()).join(
-        pubs, (dels.capture_id == pubs.capture_id) & (dels.message_id == pubs.p_mid) & (pubs.p_ts <= dels.sent_ts), "left")
+        pubs, (dels.capture_id == pubs.p_cap) & (dels.message_id == pubs.p_mid) & (pubs.p_ts <= dels.sent_ts), "left")
     nid = dels.where(F.col("message_id").isNull())
     by_body = nid.join(
         pubs.where(F.col("p_mid").isNull()),
-        (nid.capture_id == pubs.capture_id) & (nid.body_sha256 == pubs.p_sha) & (nid.exchange == pubs.p_ex)
+        (nid.capture_id == pubs.p_cap) & (nid.body_sha256 == pubs.p_sha) & (nid.exchange == pubs.p_ex)
         & (nid.routing_key == pubs.p_rk) & (pubs.p_ts <= nid.sent_ts), "left")
     e2e = (
-        by_id.drop(pubs.capture_id).unionByName(by_body.drop(pubs.capture_id))
+        by_id.drop("p_cap").unionByName(by_body.drop("p_cap"))
         .groupBy(*[c for c in dels.columns]).agg(F.max("p_ts").alias("p_ts"))
         .select("capture_id", F.col("sent_ts").alias("ts"), "dialect", F.lit("end_to_end").alias("metric"),
                 F.lit(None).cast("string").alias("direction"), "method",

@@ -10,13 +10,12 @@ nobody set.
 from __future__ import annotations
 
 import os
-import pathlib
 import shutil
 import sys
 
-from jobs.config import Config
+from jobs.config import CONF_DIR, Config
 
-LOG4J = pathlib.Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
+LOG4J = CONF_DIR / "log4j2.properties"  # used by the embedded session only: never inside the --py-files zip
 
 
 class JavaMissing(RuntimeError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import struct
 
 import pytest
 
@@ -14,11 +15,29 @@ CAPTURES = (sorted(glob.glob(str(DATA / "broker" / "*.pcap"))) + [str(DATA / "de
             + sorted(glob.glob(str(DATA / "v0_10" / "*.pcap"))))
 
 
+def shifted_copy(src, dst, delta_us: int):
+    """A classic little-endian pcap with every record's timestamp moved by ``delta_us``: another capture
+    (another capture_id) of the same messages, a moment later."""
+    data = bytearray(src.read_bytes())
+    assert data[:4] == b"\xd4\xc3\xb2\xa1", "a classic microsecond pcap"
+    at = 24
+    while at < len(data):
+        sec, usec, incl = struct.unpack_from("<IIi", data, at)
+        total = sec * 1_000_000 + usec + delta_us
+        struct.pack_into("<II", data, at, total // 1_000_000, total % 1_000_000)
+        at += 16 + incl
+    dst.write_bytes(bytes(data))
+    return dst
+
+
 @pytest.fixture(scope="session")
 def metrics_lake(spark, conf, tmp_path_factory):
     lake = tmp_path_factory.mktemp("metrics_lake")
     c = conf.with_overrides(lake__root=str(lake))
-    ingest_captures.run(spark, c, CAPTURES, run_id="m")
+    # nack_reject again, 1 us later, in the same run: its publishes must not stand in for the original's
+    # (the same message ids, each 1 us after the original's publish and before its delivery)
+    twin = shifted_copy(DATA / "broker" / "nack_reject.pcap", lake.parent / "nack_reject_1us_later.pcap", 1)
+    ingest_captures.run(spark, c, [*CAPTURES, str(twin)], run_id="m")
     lifecycle.run(spark, c, run_id="m")
     done = metrics.run(spark, c, run_id="m")
     return c, TableStore(spark, str(lake)), done
