@@ -122,8 +122,8 @@ ENUMS: dict[str, dict[str, tuple]] = {
 # Numeric columns that may be negative, each with its own (warning by default) check and the reason.
 MAY_BE_NEGATIVE = {
     ("flow_events", "remote_incoming_window"): (
-        "the peer's window as the sender computes it goes below 0 when the sender overruns it; -2^31 values "
-        "seen on a public 1.0 capture suggest the serial-number arithmetic wraps"),
+        "the peer's window as the sender computes it goes below 0 when the sender overruns it (windows of 2^31 "
+        "and more, e.g. 2^32-1 for unlimited, are plain integers here: they no longer wrap to -2^31)"),
 }
 
 # Names of the columns jobs/validate.py adds to a batch: the offending value(s) as text, or null.

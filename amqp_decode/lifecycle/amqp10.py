@@ -362,7 +362,9 @@ class Connection10:
             base = link.initial if link.initial is not None else 0
         if link.delivery_count is None:
             link.delivery_count = base
-        link.credit = serial_diff((base + (f.get("link_credit") or 0)) % M32, link.delivery_count)
+        # §2.6.7 link-credit(snd) = delivery-count(rcv) + link-credit(rcv) - delivery-count(snd): the credit less the
+        # transfers the receiver had not seen (a serial difference); the credit itself is a uint, never wrapped
+        link.credit = (f.get("link_credit") or 0) - serial_diff(link.delivery_count, base)
         link.drain = f.get("drain")
         self._link_row(s, link, fid, ts, "credit")
 
@@ -380,7 +382,10 @@ class Connection10:
             if base is None or peer.next_outgoing_id is None:
                 peer.remote_incoming_window = w.incoming_window
             else:
-                peer.remote_incoming_window = serial_diff((base + w.incoming_window) % M32, peer.next_outgoing_id)
+                # §2.5.6 next-incoming-id(flow) + incoming-window(flow) - next-outgoing-id(endpoint): the window less the
+                # transfers in flight (a serial difference); a window of 2^31 or more (e.g. 2^32-1 for "unlimited") is not
+                # a serial number and must not wrap
+                peer.remote_incoming_window = w.incoming_window - serial_diff(peer.next_outgoing_id, base)
         self._session_row(s, d, fid, ts, "window")
 
     def _session_row(self, s: Session, toward: str, fid: str, ts: int, event: str) -> None:

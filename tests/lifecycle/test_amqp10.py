@@ -159,6 +159,26 @@ def test_session_windows_follow_section_2_5_6():
     assert f[-2]["frame_id"] == reopen["frame_id"]
 
 
+@pytest.mark.parametrize("window", [(1 << 31) - 1, (1 << 31), (1 << 32) - 1])
+def test_windows_and_credit_of_2_31_and_more_do_not_wrap(window):
+    """Bad input tried: windows and credit of 2^31 - 1, 2^31 and 2^32 - 1 (the uint maximum, which some peers send
+    as "unlimited"), with the sender's ids about to wrap. §2.5.6 and §2.6.7 in plain integers: the announced value
+    less the transfers the peer had not yet seen."""
+    c = Conversation("1.0")
+    _link(c, initial=(1 << 32) - 1)
+    _grant(c, window, delivery_count=(1 << 32) - 1, next_incoming_id=0, incoming_window=window)
+    c.transfer(CLIENT, CLIENT_CH, 0, 0)
+    c.transfer(CLIENT, CLIENT_CH, 0, 1)
+    _grant(c, window, delivery_count=(1 << 32) - 1, next_incoming_id=1, incoming_window=window)  # saw only the first
+    _, f, *_ = run(c)
+    sessions = [(x["event"], x["remote_incoming_window"]) for x in f if x["entity"] == "session" and x["event"] in ("transfer", "window")]
+    assert sessions[-4:] == [("window", window), ("transfer", window - 1), ("transfer", window - 2), ("window", window - 1)]
+    links = [(x["event"], x["link_credit"], x["at_limit"]) for x in f if x["entity"] == "link"]
+    assert links[-4:] == [("credit", window, False), ("transfer", window - 1, False), ("transfer", window - 2, False),
+                          ("credit", window - 2, False)]
+    assert min(x["remote_incoming_window"] for x in f if x["remote_incoming_window"] is not None) >= 0
+
+
 def test_unsettled_at_detach_end_close_and_capture_end():
     c = Conversation("1.0")
     _link(c)
