@@ -190,6 +190,7 @@ SPEC: dict[str, Rule] = {
     "spark.ui_enabled": _bool(),
     "spark.progress_bar": _choice("auto", "on", "off"),
     "spark.driver_memory": _str(r"\d+[kmgt]?", "a JVM memory size such as 2g or 512m"),
+    "spark.quick_jit": _bool(),
     "spark.extra": _spark_extra(),
     "lake.root": _str(),
     "inputs.roots": _names("a list of folders"),

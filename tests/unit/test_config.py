@@ -43,6 +43,7 @@ def test_layers_in_order(conf_dir, tmp_path):
         ("capture.sniff=maybe", r"'capture.sniff': got 'maybe', expected true or false"),
         ("decode.field_table_letters=klingon", r"expected one of rabbitmq, spec"),
         ("spark.driver_memory=lots", r"expected a JVM memory size"),
+        ("spark.quick_jit=sometimes", r"'spark.quick_jit': got 'sometimes', expected true or false"),
         ("capture.no_such_key=1", r"'capture.no_such_key' is not known"),
         ("novalue", r"expected key=value"),
     ],
@@ -59,3 +60,12 @@ def test_broken_yaml_file_is_named(conf_dir, tmp_path):
         load_config([str(bad)], conf_dir=conf_dir)
     with pytest.raises(ConfigError, match="nope.yaml: not found"):
         load_config([str(tmp_path / "nope.yaml")], conf_dir=conf_dir)
+
+
+def test_quick_jit_puts_the_c1_flag_on_the_embedded_driver_only_when_on(conf_dir):
+    from jobs.session import LOG4J, driver_java_options
+
+    on, off = load_config(conf_dir=conf_dir), load_config(sets=["spark.quick_jit=false"], conf_dir=conf_dir)
+    assert on["spark.quick_jit"] is True
+    assert driver_java_options(on).split() == [f"-Dlog4j2.configurationFile=file:{LOG4J}", "-XX:TieredStopAtLevel=1"]
+    assert driver_java_options(off).split() == [f"-Dlog4j2.configurationFile=file:{LOG4J}"]

@@ -1,0 +1,16 @@
+"""The embedded session gets the JVM options conf/defaults.yaml asks for (spark.quick_jit, the log4j2 config)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+
+def test_the_shared_session_was_started_with_the_c1_compiler_and_our_logging(spark):
+    options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions").split()
+    assert "-XX:TieredStopAtLevel=1" in options
+    assert any(o.startswith("-Dlog4j2.configurationFile=file:") and o.endswith("conf/log4j2.properties") for o in options)
+    # the running JVM really has them (the launcher passed them on)
+    args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert any(a.startswith("-Dlog4j2.configurationFile=") for a in args), args
