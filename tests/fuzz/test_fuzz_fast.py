@@ -115,7 +115,7 @@ def test_the_recursion_budget_stops_a_deep_recursion():
 def test_the_allocation_check_catches_an_allocation(monkeypatch):
     """The memory bound is real: a target that allocates what a 4 GiB claim would (here 64 MB) is a Violation."""
     ft._warm("0-9-1")
-    monkeypatch.setattr(ft, "run_stream", lambda family, data: bytearray(64 << 20))
+    monkeypatch.setattr(ft, "run_stream", lambda family, data, check_rows=True: bytearray(64 << 20))
     with pytest.raises(ft.Violation, match="allocation"):
         ft.run_target("0-9-1", b"\0" * 40, check_memory=True)
 
