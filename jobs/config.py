@@ -62,6 +62,15 @@ def _int(minimum: int | None = None) -> Rule:
     return Rule(f"an integer >= {minimum}" if minimum is not None else "an integer", check)
 
 
+def _int_or_auto(minimum: int) -> Rule:
+    inner = _int(minimum)
+
+    def check(v):
+        return "auto" if v == "auto" else inner.check(v)
+
+    return Rule(f"auto or {inner.expected}", check)
+
+
 def _bool() -> Rule:
     words = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
 
@@ -186,7 +195,7 @@ _EXPECTATION_PATTERNS = "a list of expectation names, table names or fnmatch pat
 SPEC: dict[str, Rule] = {
     "spark.master": _str(),
     "spark.app_name": _str(),
-    "spark.shuffle_partitions": _int(1),
+    "spark.shuffle_partitions": _int_or_auto(1),
     "spark.ui_enabled": _bool(),
     "spark.progress_bar": _choice("auto", "on", "off"),
     "spark.driver_memory": _str(r"\d+[kmgt]?", "a JVM memory size such as 2g or 512m"),

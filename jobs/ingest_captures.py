@@ -28,6 +28,7 @@ from amqp_decode.codecs import DecodeOptions
 from jobs.config import Config
 from jobs.inputs import CaptureFile, capture_files
 from jobs.lake import TableStore
+from jobs.session import shuffle_partitions
 from schemas import CAPTURES, CONNECTIONS, DECODE_ERRORS, FRAMES, Table
 from schemas.tables import PROTOCOL_COLUMNS, PROTOCOL_FACT_KEYS
 
@@ -145,7 +146,7 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
         functools.partial(pipeline.read_splits, options=options), from_arrow_schema(pipeline.PACKETS_OUT_SCHEMA)
     )
     flows = (
-        packets.repartition(conf["spark.shuffle_partitions"], "flow_key")
+        packets.repartition(shuffle_partitions(spark, conf), "flow_key")
         .sortWithinPartitions("capture_id", "flow_key", "ts_us", "record_offset")
         .mapInArrow(functools.partial(pipeline.decode_flows, options=options), from_arrow_schema(options.flows_schema))
         .persist(StorageLevel.DISK_ONLY)

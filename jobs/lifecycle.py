@@ -23,6 +23,7 @@ from amqp_decode.lifecycle.batches import FRAME_COLUMNS, lifecycle_batches, life
 from jobs.config import Config
 from jobs.ingest_captures import conform
 from jobs.lake import TableStore
+from jobs.session import shuffle_partitions
 from schemas import DELIVERIES, FLOW_EVENTS, REQUEST_RESPONSES, Table
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     out = (
         frames.select(*read)
         .where(F.col("capture_id").isin(list(pending)))
-        .repartition(conf["spark.shuffle_partitions"], "connection_id")
+        .repartition(shuffle_partitions(spark, conf), "connection_id")
         .sortWithinPartitions("connection_id", "ts", "stream_offset")
         .mapInArrow(fn, from_arrow_schema(lifecycle_out_schema(*structs)))
         .persist(StorageLevel.DISK_ONLY)

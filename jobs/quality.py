@@ -147,6 +147,8 @@ class RunTables:
 
 def batch(t: Table, tables: RunTables, conf):
     """Table ``t``'s run slice with every column its suite reads, in few partitions (GX runs many small jobs)."""
+    from jobs.session import shuffle_partitions
+
     slices = tables.slices
     df = slices[t.name]
     if t.name == "captures":
@@ -161,4 +163,4 @@ def batch(t: Table, tables: RunTables, conf):
     for column, target in ex.references(t).items():
         # a capture's rows name rows of the same capture; a log's may name any capture's connection
         df = with_reference(t, df, column, tables.keys(target, whole_table=t.replace_by != ("capture_id",)))
-    return df.coalesce(conf["spark.shuffle_partitions"])
+    return df.coalesce(shuffle_partitions(df.sparkSession, conf))

@@ -14,3 +14,11 @@ def test_the_shared_session_was_started_with_the_c1_compiler_and_our_logging(spa
     # the running JVM really has them (the launcher passed them on)
     args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert any(a.startswith("-Dlog4j2.configurationFile=") for a in args), args
+
+
+def test_auto_shuffle_partitions_are_two_per_core_of_the_session(spark, conf):
+    from jobs.session import shuffle_partitions
+
+    assert spark.sparkContext.defaultParallelism == 2  # the shared session is local[2]
+    assert shuffle_partitions(spark, conf.with_overrides(spark__shuffle_partitions="auto")) == 4
+    assert shuffle_partitions(spark, conf) == conf["spark.shuffle_partitions"] == 2  # a number is used as given

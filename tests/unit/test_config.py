@@ -44,6 +44,8 @@ def test_layers_in_order(conf_dir, tmp_path):
         ("decode.field_table_letters=klingon", r"expected one of rabbitmq, spec"),
         ("spark.driver_memory=lots", r"expected a JVM memory size"),
         ("spark.quick_jit=sometimes", r"'spark.quick_jit': got 'sometimes', expected true or false"),
+        ("spark.shuffle_partitions=0", r"'spark.shuffle_partitions': got 0, expected auto or an integer >= 1"),
+        ("spark.shuffle_partitions=many", r"got 'many', expected auto or an integer >= 1"),
         ("capture.no_such_key=1", r"'capture.no_such_key' is not known"),
         ("novalue", r"expected key=value"),
     ],
@@ -69,3 +71,8 @@ def test_quick_jit_puts_the_c1_flag_on_the_embedded_driver_only_when_on(conf_dir
     assert on["spark.quick_jit"] is True
     assert driver_java_options(on).split() == [f"-Dlog4j2.configurationFile=file:{LOG4J}", "-XX:TieredStopAtLevel=1"]
     assert driver_java_options(off).split() == [f"-Dlog4j2.configurationFile=file:{LOG4J}"]
+
+
+def test_shuffle_partitions_default_to_auto_and_take_a_number(conf_dir):
+    assert load_config(conf_dir=conf_dir)["spark.shuffle_partitions"] == "auto"
+    assert load_config(sets=["spark.shuffle_partitions=16"], conf_dir=conf_dir)["spark.shuffle_partitions"] == 16
