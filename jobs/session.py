@@ -93,10 +93,11 @@ def get_spark(conf: Config):
         .config("spark.driver.extraJavaOptions", driver_java_options(conf))
         .config("spark.python.worker.reuse", "true")
     )
-    for key, value in session_settings(conf).items():
+    settings = session_settings(conf)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    if "spark.sql.shuffle.partitions" not in session_settings(conf):
+    if "spark.sql.shuffle.partitions" not in settings:
         spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(spark, conf)))
     return spark

@@ -3,30 +3,24 @@
 from __future__ import annotations
 
 import glob
-import struct
 
 import pytest
 
 from jobs import ingest_captures, lifecycle, metrics
 from jobs.lake import TableStore
 from tests.conftest import DATA
+from tests.e2e.hostile_captures import records, ts_of, with_records
 
 CAPTURES = (sorted(glob.glob(str(DATA / "broker" / "*.pcap"))) + [str(DATA / "demo" / "demo.pcap")]
             + sorted(glob.glob(str(DATA / "v0_10" / "*.pcap"))))
 
 
 def shifted_copy(src, dst, delta_us: int):
-    """A classic little-endian pcap with every record's timestamp moved by ``delta_us``: another capture
-    (another capture_id) of the same messages, a moment later."""
-    data = bytearray(src.read_bytes())
-    assert data[:4] == b"\xd4\xc3\xb2\xa1", "a classic microsecond pcap"
-    at = 24
-    while at < len(data):
-        sec, usec, incl = struct.unpack_from("<IIi", data, at)
-        total = sec * 1_000_000 + usec + delta_us
-        struct.pack_into("<II", data, at, total // 1_000_000, total % 1_000_000)
-        at += 16 + incl
-    dst.write_bytes(bytes(data))
+    """The pcap ``src`` with every record's timestamp moved by ``delta_us``: another capture (another
+    capture_id) of the same messages, a moment later."""
+    data = src.read_bytes()
+    recs = [[*divmod(ts_of(r) + delta_us, 1_000_000), r[2]] for r in records(data)]
+    dst.write_bytes(with_records(data, recs))
     return dst
 
 
