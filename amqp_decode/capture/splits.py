@@ -21,6 +21,8 @@ from amqp_decode.capture.scan import ErrorLog, SplitWalk
 from amqp_decode.errors import DecodeError, Truncated
 
 DEFAULT_SPLIT_SIZE = 128 << 20
+# How far behind the read position the mapped pages are dropped from the process (see ``_Releaser``).
+RELEASE_STEP = 8 << 20
 
 
 def sniff_format(path: str | os.PathLike) -> str | None:
@@ -116,6 +118,7 @@ class SplitResult:
         stats = self.stats
         decoder = PacketDecoder(self.capture_id, stats)
         add, batch_rows = decoder.add, self.batch_rows
+        release = _Releaser(buf)
         first_ts = last_ts = None
         count, linktype_seen = 0, None
         offset = -1
@@ -133,6 +136,7 @@ class SplitResult:
                     last_ts = ts_us
                 if decoder.rows >= batch_rows:
                     yield decoder.take()
+                    release(offset)
         except Exception as exc:  # a reader bug must not fail the task; the row says where
             log.add(max(offset, 0), 0, "reader_error", f"{type(exc).__name__}: {exc} (after record at {offset})")
         decoder.fragments.close()
@@ -141,6 +145,31 @@ class SplitResult:
         stats.ip_fragments_unreassembled = decoder.fragments.unreassembled
         if decoder.rows:
             yield decoder.take()
+
+
+class _Releaser:
+    """Drops the mapped pages the reader has passed from this process's resident set.
+
+    The split is read through a shared read-only mapping of the file, and every
+    page it touches stays resident (and counted in the worker's RSS) until the
+    mapping closes: a 128 MB split would hold 128 MB. ``MADV_DONTNEED`` unmaps
+    the pages behind the read position (the page cache keeps them; a later
+    access, say an IP fragment kept for reassembly, faults them back in from
+    the file with the same bytes), so resident capture bytes stay about
+    ``RELEASE_STEP`` wide whatever the split size.
+    """
+
+    def __init__(self, buf):
+        self.madvise = getattr(buf, "madvise", None) if hasattr(mmap, "MADV_DONTNEED") else None
+        self.done = 0
+
+    def __call__(self, offset: int) -> None:
+        upto = offset - offset % mmap.PAGESIZE
+        if self.madvise is None or upto - self.done < RELEASE_STEP:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self.madvise(mmap.MADV_DONTNEED, self.done, upto - self.done)
+        self.done = upto
 
 
 @contextlib.contextmanager
