@@ -301,7 +301,7 @@ def _capture_error_row(capture_id: str, meta: str) -> dict:
     )
 
 
-def _out_batch(schema: pa.Schema, kind: str, capture_id: str, n: int, **columns) -> pa.RecordBatch:
+def out_batch(schema: pa.Schema, kind: str, capture_id: str, n: int, **columns) -> pa.RecordBatch:
     """A stage-2 batch of one kind: the named struct columns filled, the others null."""
     arrays = [pa.array([kind] * n, pa.string()), pa.array([capture_id] * n, pa.string())]
     for field in list(schema)[2:]:
@@ -345,7 +345,7 @@ class _FlowDecoder:
         self.errors += [_codec_error_row(self.capture_id, e, STAGE_FRAME) for e in consumer.drain_frame_errors()]
 
     def batch(self, kind: str, n: int, **columns) -> pa.RecordBatch:
-        return _out_batch(self.schema, kind, self.capture_id, n, **columns)
+        return out_batch(self.schema, kind, self.capture_id, n, **columns)
 
     def feed(self, columns) -> Iterator[pa.RecordBatch]:
         self.reassembler.feed_columns(columns)
@@ -391,8 +391,8 @@ def decode_flows(batches: Iterable[pa.RecordBatch], options: Options = Options()
 
     def passthrough(kind: str, cid: str, meta: str) -> pa.RecordBatch:
         if kind == "capture_error":
-            return _out_batch(schema, "error", cid, 1, error=pa.array([_capture_error_row(cid, meta)], ERROR_STRUCT))
-        return _out_batch(schema, kind, cid, 1, meta=pa.array([meta], pa.string()))
+            return out_batch(schema, "error", cid, 1, error=pa.array([_capture_error_row(cid, meta)], ERROR_STRUCT))
+        return out_batch(schema, kind, cid, 1, meta=pa.array([meta], pa.string()))
 
     for batch in batches:
         if batch.num_rows == 0:

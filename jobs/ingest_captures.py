@@ -27,7 +27,7 @@ from amqp_decode.capture import plan_splits, sniff_format
 from amqp_decode.codecs import DecodeOptions
 from jobs.config import Config
 from jobs.inputs import CaptureFile, capture_files
-from jobs.lake import TableStore
+from jobs.lake import StagedTable, TableStore
 from jobs.session import shuffle_partitions
 from schemas import CAPTURES, CONNECTIONS, DECODE_ERRORS, FRAMES, Table
 from schemas.tables import PROTOCOL_COLUMNS, PROTOCOL_FACT_KEYS
@@ -120,6 +120,62 @@ def _split_rows(files: list[CaptureFile], split_size: int, min_split_size: int =
     return rows
 
 
+STAGED_FILE = "staged_file"  # kind of the flows rows that report a frames file a task wrote
+# Rows per Parquet row group of the frames a task writes: the group is held as Arrow (~650 bytes a row)
+# and encoded at once, so this bounds the worker's extra memory (~10 MB) more than it shapes the reads.
+STAGED_GROUP_ROWS = 16384
+
+
+def frame_rows(out) -> "pa.RecordBatch":
+    """A stage-2 batch of frames as rows of the frames table (its data columns; capture_date is the partition's).
+
+    The job columns, as Spark would compute them: ``frame_id`` = connection,
+    ``s``/``c`` (to_server or not), stream offset joined by ``-``; ``ts`` from
+    ``ts_us``; ``source`` = capture.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    frame = out.column("frame")
+    cols = {name: frame.field(name) for name in frame.type.names}
+    to_server = pc.fill_null(pc.equal(cols["direction"], "to_server"), False)
+    letter = pc.if_else(to_server, pa.scalar("s"), pa.scalar("c"))
+    cols["frame_id"] = pc.binary_join_element_wise(
+        cols["connection_id"], letter, pc.cast(cols["stream_offset"], pa.string()), "-", null_handling="skip"
+    )
+    cols["capture_id"] = out.column("capture_id")
+    cols["ts"] = pc.cast(cols["ts_us"], pa.timestamp("us", tz="UTC"))
+    cols["source"] = pa.array(["capture"] * out.num_rows, pa.string())
+    names = [c.name for c in FRAMES.data_columns()]
+    return pa.RecordBatch.from_arrays([cols[n] for n in names], names=names)
+
+
+def decode_and_stage_frames(batches, options: pipeline.Options, staged: StagedTable, task: int | None = None):
+    """``pipeline.decode_flows``, with its frame batches written to the frames table's staging folder by this task.
+
+    Frames are most of stage 2's rows, and the wide frames table is the costliest
+    thing Spark's row-by-row Parquet writer writes: here they go from Arrow to
+    Parquet in the worker and never cross into the JVM. The other rows pass
+    through, plus one ``staged_file`` row (meta: unit, path, rows) per file.
+    """
+    import pyarrow as pa
+
+    if task is None:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        task = ctx.partitionId() if ctx is not None else 0
+    writer = staged.writer(task, group_rows=max(options.batch_rows, STAGED_GROUP_ROWS))
+    schema = options.flows_schema
+    for out in pipeline.decode_flows(batches, options):
+        if out.num_rows and out.column(0)[0].as_py() == "frame":
+            writer.write(out.column(1)[0].as_py(), frame_rows(out))
+        else:
+            yield out
+    for f in writer.close():
+        yield pipeline.out_batch(schema, STAGED_FILE, f["unit"], 1, meta=pa.array([json.dumps(f)], pa.string()))
+
+
 def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> IngestResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -145,14 +201,18 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
     packets = splits.mapInArrow(
         functools.partial(pipeline.read_splits, options=options), from_arrow_schema(pipeline.PACKETS_OUT_SCHEMA)
     )
+    staged = store.stage("frames", run_id)
     flows = (
         packets.repartition(shuffle_partitions(spark, conf), "flow_key")
         .sortWithinPartitions("capture_id", "flow_key", "ts_us", "record_offset")
-        .mapInArrow(functools.partial(pipeline.decode_flows, options=options), from_arrow_schema(options.flows_schema))
+        .mapInArrow(functools.partial(decode_and_stage_frames, options=options, staged=staged),
+                    from_arrow_schema(options.flows_schema))
         .persist(StorageLevel.DISK_ONLY)
     )
     try:
-        stats_rows = flows.where(F.col("kind") == "split_stats").select("capture_id", "meta").collect()
+        meta_rows = flows.where(F.col("kind").isin("split_stats", STAGED_FILE)).select("kind", "capture_id", "meta").collect()
+        stats_rows = [r for r in meta_rows if r["kind"] == "split_stats"]
+        frame_files = [json.loads(r["meta"]) for r in meta_rows if r["kind"] == STAGED_FILE]
         per_capture = _merge_stats(stats_rows)
         dates = {f.capture_id: _capture_date(per_capture.get(f.capture_id)) for f in todo}
         date_df = spark.createDataFrame(list(dates.items()), "capture_id string, capture_date date")
@@ -160,7 +220,8 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
 
         connections = _connections_df(flows, date_df)
         store.write("connections", connections, units=units, run_id=run_id)
-        store.write("frames", _frames_df(flows, date_df), units=units, run_id=run_id)
+        store.commit_staged(staged, frame_files, units=units, run_id=run_id,
+                            partitions={cid: {"capture_date": d.isoformat()} for cid, d in dates.items()})
         errors = _errors_df(flows, date_df)
         store.write("decode_errors", errors, units=units, run_id=run_id)
 
@@ -172,6 +233,7 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
         store.write("captures", captures_df, units=units, run_id=run_id)
     finally:
         flows.unpersist()
+        store.discard_staged(staged)
     return IngestResult(run_id, capture_rows, skipped)
 
 
@@ -202,22 +264,6 @@ def _connections_df(flows, date_df):
         .withColumn("source", F.lit("capture"))
     )
     return conform(c, CONNECTIONS)
-
-
-def _frames_df(flows, date_df):
-    from pyspark.sql import functions as F
-
-    f = flows.where(F.col("kind") == "frame").select("capture_id", "frame.*")
-    f = (
-        f.join(F.broadcast(date_df), "capture_id")
-        .withColumn("ts", F.timestamp_micros("ts_us"))
-        .withColumn("source", F.lit("capture"))
-        .withColumn(
-            "frame_id",
-            F.concat_ws("-", "connection_id", F.when(F.col("direction") == "to_server", "s").otherwise("c"), "stream_offset"),
-        )
-    )
-    return conform(f, FRAMES)
 
 
 def _errors_df(flows, date_df):

@@ -16,6 +16,7 @@ exact remove+add of whole files, never a rewrite.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -58,12 +59,91 @@ def _to_uri(root: str) -> str:
     return os.path.abspath(root)
 
 
+def _filesystem(root_uri: str) -> tuple[pafs.FileSystem, str]:
+    return pafs.FileSystem.from_uri(root_uri if "://" in root_uri else "file://" + root_uri)
+
+
+@dataclasses.dataclass(frozen=True)
+class StagedTable:
+    """A staging folder that executors fill with a table's Parquet files themselves (picklable, sent to tasks).
+
+    The Spark path (``TableStore.write``) hands a DataFrame to Spark's row-by-row
+    Parquet writer. A batch function that already holds the table's rows as
+    Arrow writes them with ``StagedWriter`` instead, column by column, and the
+    rows never cross into the JVM; ``TableStore.commit_staged`` then places
+    and commits the files like any others.
+    """
+
+    table: str
+    root: str  # the lake root URI
+    folder: str  # under <table>/_staging/
+
+    def writer(self, task: int, group_rows: int = 65536) -> "StagedWriter":
+        return StagedWriter(self, task, group_rows)
+
+
+class StagedWriter:
+    """Writes Arrow batches of one table into a staging folder: one file per (task, unit) in ``_rk=<unit>/``.
+
+    File names depend only on the task's partition number, so a retried task
+    replaces its earlier attempt's files instead of adding to them, and a file
+    appears under its name only once complete (written under a temporary name,
+    then renamed). Batches are gathered into row groups of ``group_rows``.
+    """
+
+    def __init__(self, staged: StagedTable, task: int, group_rows: int = 65536):
+        self.t = table_def(staged.table)
+        self.fs, root_path = _filesystem(staged.root)
+        self.dir = "/".join([root_path, staged.table, STAGING, staged.folder])
+        self.schema = pa.schema([pa.field(c.name, c.arrow_type) for c in self.t.data_columns()])
+        self.task, self.group_rows = task, group_rows
+        self.files: dict[str, dict] = {}  # unit -> {writer, tmp, rel, pending, pending_rows, rows}
+
+    def write(self, unit: str, batch: pa.RecordBatch) -> None:
+        """Add rows of ``unit`` (a replace-key value); the batch must hold the table's data columns."""
+        missing = [f.name for f in self.schema if f.name not in batch.schema.names]
+        if missing:
+            raise SchemaMismatch(f"table {self.t.name}: staged rows lack {', '.join(missing)}")
+        try:
+            cols = [batch.column(f.name).cast(f.type) for f in self.schema]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SchemaMismatch(f"table {self.t.name}: staged rows do not fit the contract's types ({exc})") from exc
+        f = self.files.get(unit)
+        if f is None:
+            rel = f"{_REPLACE_DIR}={urllib.parse.quote(unit, safe='')}/part-t{self.task:05d}.parquet"
+            tmp = f"{self.dir}/{rel}.tmp"
+            self.fs.create_dir(tmp.rsplit("/", 1)[0], recursive=True)
+            f = self.files[unit] = {"rel": rel, "tmp": tmp, "pending": [], "pending_rows": 0, "rows": 0,
+                                    "writer": pq.ParquetWriter(tmp, self.schema, filesystem=self.fs, compression="snappy")}
+        f["pending"].append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
+        f["pending_rows"] += batch.num_rows
+        if f["pending_rows"] >= self.group_rows:
+            self._flush(f)
+
+    def _flush(self, f: dict) -> None:
+        if f["pending_rows"]:
+            f["writer"].write_table(pa.Table.from_batches(f["pending"], self.schema), row_group_size=f["pending_rows"])
+            f["rows"] += f["pending_rows"]
+        f["pending"], f["pending_rows"] = [], 0
+
+    def close(self) -> list[dict]:
+        """Finish every file; returns ``{"unit", "path", "rows"}`` per file, path relative to the staging folder."""
+        done = []
+        for unit, f in self.files.items():
+            self._flush(f)
+            f["writer"].close()
+            self.fs.move(f["tmp"], f"{self.dir}/{f['rel']}")
+            done.append({"unit": unit, "path": f["rel"], "rows": f["rows"]})
+        self.files = {}
+        return done
+
+
 class TableStore:
     def __init__(self, spark, root: str, *, staging_max_age_hours: int = 1):
         self.spark = spark
         self.root = _to_uri(root)
         self.staging_max_age_s = staging_max_age_hours * 3600
-        self.fs, self._root_path = pafs.FileSystem.from_uri(self.root if "://" in self.root else "file://" + self.root)
+        self.fs, self._root_path = _filesystem(self.root)
 
     # ----------------------------------------------------------------- paths
     def uri(self, name: str) -> str:
@@ -149,23 +229,62 @@ class TableStore:
             adds = self._place_files(t, staging, f"{run_id}-{uuid.uuid4().hex[:8]}")
             committed = self._commit_retrying(t, dt, adds, pending, run_id)
         finally:
-            self.fs.delete_dir_contents(staging, missing_dir_ok=True)
-            try:
-                self.fs.delete_dir(staging)
-            except (FileNotFoundError, OSError):
-                pass
+            self._drop_dir(staging)
         return committed
 
-    def _place_files(self, t: Table, staging: str, run_id: str) -> list[AddAction]:
+    def stage(self, name: str, run_id: str) -> StagedTable:
+        """A staging folder of ``name`` for executors that write the table's files themselves (``StagedWriter``)."""
+        table_def(name)
+        self._clean_staging(name)
+        return StagedTable(name, self.root, f"{run_id}-{uuid.uuid4().hex[:8]}")
+
+    def commit_staged(self, staged: StagedTable, files: list[dict], *, units: Mapping[str, str],
+                      partitions: Mapping[str, Mapping[str, str]], run_id: str) -> bool:
+        """Place and commit the staged files the tasks reported (``StagedWriter.close``), like ``write`` does.
+
+        Only the reported files count (a file of a failed task attempt that no
+        successful attempt reported is left out); ``partitions`` gives each
+        unit's partition values, which the executors did not know. Units the
+        table already holds are skipped. The staging folder is removed.
+        """
+        t = table_def(staged.table)
+        staging = self._path(t.name, STAGING, staged.folder)
+        try:
+            dt = self.delta(t.name)
+            pending = {k: a for k, a in units.items() if dt is None or dt.transaction_version(a) is None}
+            if not pending:
+                log.info("table %s: every unit already committed, nothing to do", t.name)
+                return False
+            listed = {f["path"] for f in files if f["unit"] in pending}
+            adds = self._place_files(t, staging, staged.folder, partitions=partitions, only=listed)
+            return self._commit_retrying(t, dt, adds, pending, run_id)
+        finally:
+            self._drop_dir(staging)
+
+    def discard_staged(self, staged: StagedTable) -> None:
+        self._drop_dir(self._path(staged.table, STAGING, staged.folder))
+
+    def _drop_dir(self, path: str) -> None:
+        self.fs.delete_dir_contents(path, missing_dir_ok=True)
+        try:
+            self.fs.delete_dir(path)
+        except (FileNotFoundError, OSError):
+            pass
+
+    def _place_files(self, t: Table, staging: str, token: str, *, partitions: Mapping[str, Mapping[str, str]] | None = None,
+                     only: set[str] | None = None) -> list[AddAction]:
         selector = pafs.FileSelector(staging, recursive=True, allow_not_found=True)
         infos = [i for i in self.fs.get_file_info(selector) if i.is_file and i.path.endswith(".parquet")]
+        if only is not None:
+            infos = [i for i in infos if i.path[len(staging) + 1 :] in only]
         adds = []
         for n, info in enumerate(sorted(infos, key=lambda i: i.path)):
             rel = info.path[len(staging) + 1 :]
             parts = dict(urllib.parse.unquote(p).split("=", 1) for p in rel.split("/")[:-1])
             unit = parts.pop(_REPLACE_DIR)
+            parts = {**(partitions or {}).get(unit, {}), **parts}
             part_dirs = "/".join(f"{k}={urllib.parse.quote(parts[k], safe='')}" for k in t.partition_by)
-            rel_dest = f"{part_dirs}/part-{run_id}-{n:05d}.parquet"
+            rel_dest = f"{part_dirs}/part-{token}-{n:05d}.parquet"
             dest = self._path(t.name, rel_dest)
             self.fs.create_dir(dest.rsplit("/", 1)[0], recursive=True)
             self.fs.move(info.path, dest)

@@ -28,8 +28,8 @@ class RacingStore(TableStore):
         super().__init__(spark, root)
         self.barrier = barrier
 
-    def _place_files(self, *args):
-        adds = super()._place_files(*args)
+    def _place_files(self, *args, **kwargs):
+        adds = super()._place_files(*args, **kwargs)
         self.barrier.wait(timeout=300)
         return adds
 

@@ -1,0 +1,110 @@
+"""Tables whose Parquet files the executors write themselves (StagedWriter) and the driver commits (commit_staged).
+
+The reference is Spark's own Parquet writer: the same rows written through
+``TableStore.write`` into another lake must read back the same, through Spark
+and through delta-rs, with the same partition values. Bad input tried: rows
+missing a contract column, a column whose values cannot take the contract's
+type, a file of a task attempt nobody reported, a task that ran twice, and
+units the table already holds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from jobs.lake import SchemaMismatch, TableStore
+from schemas import DECODE_ERRORS
+from tests.lake.test_tablestore import frame, rows
+
+pytestmark = pytest.mark.spark
+
+DAY = {"capture_date": "2024-05-01"}
+
+
+def arrow_rows(data) -> pa.RecordBatch:
+    """The rows as Arrow with the contract's data columns (no partition column), as a batch function holds them."""
+    names = DECODE_ERRORS.column_names
+    cols = list(zip(*data))
+    keep = [c for c in DECODE_ERRORS.data_columns()]
+    return pa.RecordBatch.from_arrays([pa.array(cols[names.index(c.name)], c.arrow_type) for c in keep],
+                                      names=[c.name for c in keep])
+
+
+def staged_write(store: TableStore, batches_by_task: dict[int, list[tuple[str, list]]], report=None, **commit):
+    """Each task writes its (unit, rows) batches; the files of the tasks in ``report`` (default all) are committed."""
+    staged = store.stage("decode_errors", "run1")
+    files = {}
+    for task, batches in batches_by_task.items():
+        w = staged.writer(task, group_rows=2)
+        for unit, data in batches:
+            w.write(unit, arrow_rows(data))
+        files[task] = w.close()
+    reported = [f for t in (report if report is not None else files) for f in files[t]]
+    return store.commit_staged(staged, reported, **commit), staged
+
+
+def table_rows(store: TableStore) -> list[tuple]:
+    return sorted(tuple(r) for r in store.read("decode_errors").collect())
+
+
+def test_staged_files_read_back_as_the_spark_writers_do(spark, tmp_path):
+    data_a, data_b = rows("A", 5), rows("B", 2)
+    units = {"A": "i:A:v1", "B": "i:B:v1"}
+    by_spark = TableStore(spark, str(tmp_path / "spark"))
+    assert by_spark.write("decode_errors", frame(spark, data_a + data_b), units=units, run_id="run1")
+    by_tasks = TableStore(spark, str(tmp_path / "tasks"))
+    ok, _ = staged_write(by_tasks, {0: [("A", data_a[:3]), ("B", data_b)], 1: [("A", data_a[3:])]},
+                         units=units, partitions={"A": DAY, "B": DAY}, run_id="run1")
+    assert ok
+    assert table_rows(by_tasks) == table_rows(by_spark) and len(table_rows(by_tasks)) == 7
+    for name in ("spark", "tasks"):
+        t = DeltaTable(str(tmp_path / name / "decode_errors"))
+        assert t.version() == 0 and t.metadata().partition_columns == ["capture_date"]
+        arrow = t.to_pyarrow_table().sort_by("error_id")
+        assert set(arrow.column("capture_date").to_pylist()) == {dt.date(2024, 5, 1)}
+        assert arrow.column("ts").to_pylist()[0] == dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
+    adds = pa.table(DeltaTable(str(tmp_path / "tasks" / "decode_errors")).get_add_actions(flatten=True)).to_pydict()
+    assert sorted(adds["num_records"]) == [2, 2, 3]  # one file per (task, unit); row groups do not change that
+    assert not (tmp_path / "tasks" / "decode_errors" / "_staging" / "run1").exists()
+
+
+def test_a_retried_task_replaces_its_files_and_unreported_files_stay_out(spark, lake):
+    store = TableStore(spark, str(lake))
+    staged = store.stage("decode_errors", "run1")
+    first = staged.writer(0)
+    first.write("A", arrow_rows(rows("A", 4, "first attempt")))
+    first.close()  # the attempt failed afterwards: its report never reached the driver
+    second = staged.writer(0)
+    second.write("A", arrow_rows(rows("A", 2, "second attempt")))
+    files = second.close()
+    stray = staged.writer(7)  # a task whose output no successful attempt reported
+    stray.write("A", arrow_rows(rows("A", 9, "stray")))
+    stray.close()
+    assert store.commit_staged(staged, files, units={"A": "i:A:v1"}, partitions={"A": DAY}, run_id="run1")
+    assert [r[8] for r in table_rows(store)] == ["second attempt"] * 2
+    assert not list((lake / "decode_errors" / "_staging").iterdir())
+
+
+def test_units_the_table_holds_are_skipped(spark, lake):
+    store = TableStore(spark, str(lake))
+    commit = {"units": {"A": "i:A:v1"}, "partitions": {"A": DAY}, "run_id": "run1"}
+    assert staged_write(store, {0: [("A", rows("A", 3))]}, **commit)[0]
+    version = store.version("decode_errors")
+    assert not staged_write(store, {0: [("A", rows("A", 5, "again"))]}, **commit)[0]
+    assert store.version("decode_errors") == version and len(table_rows(store)) == 3
+
+
+def test_rows_that_do_not_fit_the_contract_are_refused(spark, lake):
+    store = TableStore(spark, str(lake))
+    w = store.stage("decode_errors", "run1").writer(0)
+    batch = arrow_rows(rows("A", 2))
+    with pytest.raises(SchemaMismatch, match="lack reason"):
+        w.write("A", batch.drop_columns(["reason"]))
+    text_offsets = batch.set_column(batch.schema.get_field_index("offset"), "offset", pa.array(["ten", "x"]))
+    with pytest.raises(SchemaMismatch, match="do not fit the contract"):
+        w.write("A", text_offsets)
+    assert w.close() == []  # nothing was half written
