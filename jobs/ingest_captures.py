@@ -27,7 +27,8 @@ from amqp_decode.capture import plan_splits, sniff_format
 from amqp_decode.codecs import DecodeOptions
 from jobs.config import Config
 from jobs.inputs import CaptureFile, capture_files
-from jobs.lake import StagedTable, TableStore
+from jobs.lake import TableStore
+from jobs.staging import StagedTable, contract_batch
 from jobs.session import shuffle_partitions
 from schemas import CAPTURES, CONNECTIONS, DECODE_ERRORS, FRAMES, Table
 from schemas.tables import PROTOCOL_COLUMNS, PROTOCOL_FACT_KEYS
@@ -126,7 +127,7 @@ STAGED_FILE = "staged_file"  # kind of the flows rows that report a frames file 
 STAGED_GROUP_ROWS = 16384
 
 
-def frame_rows(out) -> "pa.RecordBatch":
+def frame_rows(out):
     """A stage-2 batch of frames as rows of the frames table (its data columns; capture_date is the partition's).
 
     The job columns, as Spark would compute them: ``frame_id`` = connection,
@@ -137,17 +138,13 @@ def frame_rows(out) -> "pa.RecordBatch":
     import pyarrow.compute as pc
 
     frame = out.column("frame")
-    cols = {name: frame.field(name) for name in frame.type.names}
-    to_server = pc.fill_null(pc.equal(cols["direction"], "to_server"), False)
+    to_server = pc.fill_null(pc.equal(frame.field("direction"), "to_server"), False)
     letter = pc.if_else(to_server, pa.scalar("s"), pa.scalar("c"))
-    cols["frame_id"] = pc.binary_join_element_wise(
-        cols["connection_id"], letter, pc.cast(cols["stream_offset"], pa.string()), "-", null_handling="skip"
+    frame_id = pc.binary_join_element_wise(
+        frame.field("connection_id"), letter, pc.cast(frame.field("stream_offset"), pa.string()), "-", null_handling="skip"
     )
-    cols["capture_id"] = out.column("capture_id")
-    cols["ts"] = pc.cast(cols["ts_us"], pa.timestamp("us", tz="UTC"))
-    cols["source"] = pa.array(["capture"] * out.num_rows, pa.string())
-    names = [c.name for c in FRAMES.data_columns()]
-    return pa.RecordBatch.from_arrays([cols[n] for n in names], names=names)
+    source = pa.array(["capture"] * out.num_rows, pa.string())
+    return contract_batch(FRAMES, frame, {"frame_id": frame_id, "capture_id": out.column("capture_id"), "source": source})
 
 
 def decode_and_stage_frames(batches, options: pipeline.Options, staged: StagedTable, task: int | None = None):

@@ -1,7 +1,8 @@
 """The lake: Delta tables written by Spark executors and committed by delta-rs.
 
 Maven is out of reach, so Spark has no Delta jars here. Executors write plain
-Parquet into a staging folder inside the table; the driver moves the files
+Parquet into a staging folder inside the table (Spark's writer, or the Python
+tasks themselves through jobs/staging.py); the driver moves the files
 into the table's partition folders and commits them with delta-rs in one
 transaction that also removes the files being replaced. Each commit carries
 an application transaction id per (job, input unit): when a table already
@@ -16,7 +17,6 @@ exact remove+add of whole files, never a rewrite.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -32,17 +32,14 @@ from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction, create_table_with_add_actions
 
+from jobs.staging import REPLACE_DIR as _REPLACE_DIR
+from jobs.staging import STAGING, SchemaMismatch, StagedTable
+from jobs.staging import filesystem as _filesystem
 from schemas import Table, table as table_def
 
 log = logging.getLogger(__name__)
 
-STAGING = "_staging"
 COMMIT_ATTEMPTS = 5  # commits tried when other writers keep committing first: a few concurrent runs, not a storm
-_REPLACE_DIR = "_rk"
-
-
-class SchemaMismatch(ValueError):
-    pass
 
 
 class LakeConflict(RuntimeError):
@@ -57,85 +54,6 @@ def _to_uri(root: str) -> str:
     if "://" in root:
         return root.rstrip("/")
     return os.path.abspath(root)
-
-
-def _filesystem(root_uri: str) -> tuple[pafs.FileSystem, str]:
-    return pafs.FileSystem.from_uri(root_uri if "://" in root_uri else "file://" + root_uri)
-
-
-@dataclasses.dataclass(frozen=True)
-class StagedTable:
-    """A staging folder that executors fill with a table's Parquet files themselves (picklable, sent to tasks).
-
-    The Spark path (``TableStore.write``) hands a DataFrame to Spark's row-by-row
-    Parquet writer. A batch function that already holds the table's rows as
-    Arrow writes them with ``StagedWriter`` instead, column by column, and the
-    rows never cross into the JVM; ``TableStore.commit_staged`` then places
-    and commits the files like any others.
-    """
-
-    table: str
-    root: str  # the lake root URI
-    folder: str  # under <table>/_staging/
-
-    def writer(self, task: int, group_rows: int = 65536) -> "StagedWriter":
-        return StagedWriter(self, task, group_rows)
-
-
-class StagedWriter:
-    """Writes Arrow batches of one table into a staging folder: one file per (task, unit) in ``_rk=<unit>/``.
-
-    File names depend only on the task's partition number, so a retried task
-    replaces its earlier attempt's files instead of adding to them, and a file
-    appears under its name only once complete (written under a temporary name,
-    then renamed). Batches are gathered into row groups of ``group_rows``.
-    """
-
-    def __init__(self, staged: StagedTable, task: int, group_rows: int = 65536):
-        self.t = table_def(staged.table)
-        self.fs, root_path = _filesystem(staged.root)
-        self.dir = "/".join([root_path, staged.table, STAGING, staged.folder])
-        self.schema = pa.schema([pa.field(c.name, c.arrow_type) for c in self.t.data_columns()])
-        self.task, self.group_rows = task, group_rows
-        self.files: dict[str, dict] = {}  # unit -> {writer, tmp, rel, pending, pending_rows, rows}
-
-    def write(self, unit: str, batch: pa.RecordBatch) -> None:
-        """Add rows of ``unit`` (a replace-key value); the batch must hold the table's data columns."""
-        missing = [f.name for f in self.schema if f.name not in batch.schema.names]
-        if missing:
-            raise SchemaMismatch(f"table {self.t.name}: staged rows lack {', '.join(missing)}")
-        try:
-            cols = [batch.column(f.name).cast(f.type) for f in self.schema]
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise SchemaMismatch(f"table {self.t.name}: staged rows do not fit the contract's types ({exc})") from exc
-        f = self.files.get(unit)
-        if f is None:
-            rel = f"{_REPLACE_DIR}={urllib.parse.quote(unit, safe='')}/part-t{self.task:05d}.parquet"
-            tmp = f"{self.dir}/{rel}.tmp"
-            self.fs.create_dir(tmp.rsplit("/", 1)[0], recursive=True)
-            f = self.files[unit] = {"rel": rel, "tmp": tmp, "pending": [], "pending_rows": 0, "rows": 0,
-                                    "writer": pq.ParquetWriter(tmp, self.schema, filesystem=self.fs, compression="snappy")}
-        f["pending"].append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
-        f["pending_rows"] += batch.num_rows
-        if f["pending_rows"] >= self.group_rows:
-            self._flush(f)
-
-    def _flush(self, f: dict) -> None:
-        if f["pending_rows"]:
-            f["writer"].write_table(pa.Table.from_batches(f["pending"], self.schema), row_group_size=f["pending_rows"])
-            f["rows"] += f["pending_rows"]
-        f["pending"], f["pending_rows"] = [], 0
-
-    def close(self) -> list[dict]:
-        """Finish every file; returns ``{"unit", "path", "rows"}`` per file, path relative to the staging folder."""
-        done = []
-        for unit, f in self.files.items():
-            self._flush(f)
-            f["writer"].close()
-            self.fs.move(f["tmp"], f"{self.dir}/{f['rel']}")
-            done.append({"unit": unit, "path": f["rel"], "rows": f["rows"]})
-        self.files = {}
-        return done
 
 
 class TableStore:

@@ -4,14 +4,16 @@ spark-submit jobs/lifecycle.py --lake DIR [--capture-id ID ...] [--config F] [--
 
 Reads only the frames table (whatever its source), repartitions it by
 connection and sorts each connection's frames by time, and runs the
-per-dialect state machines of amqp_decode.lifecycle in mapInArrow. A capture
-is redone when its frames were re-ingested (the transaction id carries the
+per-dialect state machines of amqp_decode.lifecycle in mapInArrow; the tasks
+write the three tables' Parquet files themselves (``StagedWriter``) and the
+driver commits them, request_responses last. A capture is redone when its frames were re-ingested (the transaction id carries the
 captures row's decoder version) or the lifecycle code changed.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import sys
 import uuid
@@ -19,10 +21,10 @@ import uuid
 import pyarrow as pa
 
 from amqp_decode import __version__
-from amqp_decode.lifecycle.batches import FRAME_COLUMNS, lifecycle_batches, lifecycle_out_schema
+from amqp_decode.lifecycle.batches import FRAME_COLUMNS, lifecycle_batches
 from jobs.config import Config
-from jobs.ingest_captures import conform
 from jobs.lake import TableStore
+from jobs.staging import StagedTable, contract_batch
 from jobs.session import shuffle_partitions
 from schemas import DELIVERIES, FLOW_EVENTS, REQUEST_RESPONSES, Table
 
@@ -50,21 +52,54 @@ def app_id(capture_id: str, decoder_version: str) -> str:
     return f"amqplens/{JOB}/{capture_id}/{decoder_version}/{__version__}"
 
 
-def _table_df(out, kind: str, table: Table, dates):
-    from pyspark.sql import functions as F
+STAGED_SCHEMA = pa.schema([("kind", pa.string()), ("capture_id", pa.string()), ("meta", pa.string())])
 
-    df = out.where(F.col("kind") == kind).select("capture_id", f"{kind}.*").join(F.broadcast(dates), "capture_id")
-    for c in table.columns:
-        if c.type == "timestamp":
-            df = df.withColumn(c.name, F.timestamp_micros(f"{c.name}_us"))
-    if "source" in table.column_names:  # rows built from frames
-        df = df.withColumn("source", F.lit("capture")).withColumn("trace_json", F.lit(None).cast("string"))
-    return conform(df, table)
+
+def table_rows(out: pa.RecordBatch, kind: str, table: Table) -> pa.RecordBatch:
+    """A ``lifecycle_batches`` batch of one kind as rows of its table (data columns; capture_date is the partition's).
+
+    Timestamps come from the machines' ``*_us`` fields; rows built from frames
+    have ``source`` capture and no ``trace_json`` (trace rows come from ingest_logs).
+    """
+    given = {"capture_id": out.column("capture_id")}
+    if "source" in table.column_names:
+        given["source"] = pa.array(["capture"] * out.num_rows, pa.string())
+    return contract_batch(table, out.column(kind), given)
+
+
+def stage_lifecycle(batches, fn, staged: dict[str, StagedTable], task: int | None = None):
+    """``fn`` (``lifecycle_batches``), its rows written by this task into each table's staging folder.
+
+    The rows never cross into the JVM: each output batch is split by capture
+    (the unit a table replaces) and handed to a ``StagedWriter``; the task
+    yields one ``STAGED_SCHEMA`` row per file written (kind, capture, meta).
+    """
+    import pyarrow.compute as pc
+
+    if task is None:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        task = ctx.partitionId() if ctx is not None else 0
+    tables = dict(OUTPUTS)
+    writers = {kind: s.writer(task) for kind, s in staged.items()}
+    for out in fn(batches):
+        if not out.num_rows:
+            continue
+        kind = out.column(0)[0].as_py()
+        cids = out.column("capture_id")
+        units = pc.unique(cids).to_pylist()
+        for cid in units:
+            part = out if len(units) == 1 else out.filter(pc.equal(cids, cid))
+            writers[kind].write(cid, table_rows(part, kind, tables[kind]))
+    for kind, w in writers.items():
+        for f in w.close():
+            yield pa.RecordBatch.from_pydict({"kind": [kind], "capture_id": [f["unit"]], "meta": [json.dumps(f)]},
+                                             schema=STAGED_SCHEMA)
 
 
 def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> list[str]:
     """Build the lifecycle tables for the given captures (default: every capture in the lake). Returns those done now."""
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -81,11 +116,11 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     pending = {cid: a for cid, a in units.items() if not store.committed("request_responses", a)}
     if not pending:
         return []
-    dates = spark.createDataFrame([(c.capture_id, c.capture_date) for c in caps if c.capture_id in pending],
-                                  "capture_id string, capture_date date")
+    partitions = {c.capture_id: {"capture_date": c.capture_date.isoformat()} for c in caps if c.capture_id in pending}
     structs = [row_struct(t) for _, t in OUTPUTS]
     fn = functools.partial(lifecycle_batches, delivery_struct=structs[0], flow_event_struct=structs[1],
                            request_response_struct=structs[2], batch_rows=conf["capture.batch_rows"])
+    staged = {kind: store.stage(table.name, run_id) for kind, table in OUTPUTS}
     frames = store.read("frames")
     # only the columns the machines read cross the shuffle and the Arrow hand-off (frames has ~90)
     read = [c for c in (*FRAME_COLUMNS, "ts") if c in frames.columns]
@@ -94,14 +129,16 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
         .where(F.col("capture_id").isin(list(pending)))
         .repartition(shuffle_partitions(spark, conf), "connection_id")
         .sortWithinPartitions("connection_id", "ts", "stream_offset")
-        .mapInArrow(fn, from_arrow_schema(lifecycle_out_schema(*structs)))
-        .persist(StorageLevel.DISK_ONLY)
+        .mapInArrow(functools.partial(stage_lifecycle, fn=fn, staged=staged), from_arrow_schema(STAGED_SCHEMA))
     )
     try:
+        reports = out.collect()
         for kind, table in OUTPUTS:  # request_responses last: its transaction marks the capture done
-            store.write(table.name, _table_df(out, kind, table, dates), units=pending, run_id=run_id)
+            files = [json.loads(r["meta"]) for r in reports if r["kind"] == kind]
+            store.commit_staged(staged[kind], files, units=pending, partitions=partitions, run_id=run_id)
     finally:
-        out.unpersist()
+        for s in staged.values():
+            store.discard_staged(s)
     return list(pending)
 
 

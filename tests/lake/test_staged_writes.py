@@ -108,3 +108,21 @@ def test_rows_that_do_not_fit_the_contract_are_refused(spark, lake):
     with pytest.raises(SchemaMismatch, match="do not fit the contract"):
         w.write("A", text_offsets)
     assert w.close() == []  # nothing was half written
+
+
+def test_contract_batch_fills_columns_by_name_and_refuses_a_missing_required_one():
+    from jobs.staging import contract_batch
+    from schemas import FRAMES
+
+    struct = pa.StructArray.from_arrays(
+        [pa.array(["c1"]), pa.array([1_714_564_800_000_001]), pa.array(["to_server"])],
+        names=["connection_id", "ts_us", "direction"],
+    )
+    with pytest.raises(SchemaMismatch, match="no values for column frame_id"):
+        contract_batch(FRAMES, struct, {})
+    required = {c.name: pa.array([None], c.arrow_type) for c in FRAMES.data_columns() if not c.nullable}
+    required.pop("connection_id"), required.pop("ts"), required.pop("direction")
+    got = contract_batch(FRAMES, struct, {**required, "frame_id": pa.array(["f"])})
+    assert got.schema.names == [c.name for c in FRAMES.data_columns()] and "capture_date" not in got.schema.names
+    assert got.column("ts")[0].as_py() == dt.datetime(2024, 5, 1, 12, 0, 0, 1, tzinfo=dt.timezone.utc)
+    assert got.column("connection_id")[0].as_py() == "c1" and got.column("channel")[0].as_py() is None
