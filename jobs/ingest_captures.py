@@ -122,9 +122,6 @@ def _split_rows(files: list[CaptureFile], split_size: int, min_split_size: int =
 
 
 STAGED_FILE = "staged_file"  # kind of the flows rows that report a frames file a task wrote
-# Rows per Parquet row group of the frames a task writes: the group is held as Arrow (~650 bytes a row)
-# and encoded at once, so this bounds the worker's extra memory (~10 MB) more than it shapes the reads.
-STAGED_GROUP_ROWS = 16384
 
 
 def frame_rows(out):
@@ -162,7 +159,7 @@ def decode_and_stage_frames(batches, options: pipeline.Options, staged: StagedTa
 
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx is not None else 0
-    writer = staged.writer(task, group_rows=max(options.batch_rows, STAGED_GROUP_ROWS))
+    writer = staged.writer(task)
     schema = options.flows_schema
     for out in pipeline.decode_flows(batches, options):
         if out.num_rows and out.column(0)[0].as_py() == "frame":
