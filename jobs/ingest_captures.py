@@ -28,8 +28,8 @@ from amqp_decode.codecs import DecodeOptions
 from jobs.config import Config
 from jobs.inputs import CaptureFile, capture_files
 from jobs.lake import TableStore
-from jobs.staging import StagedTable, contract_batch
 from jobs.session import shuffle_partitions
+from jobs.staging import StagedTable, contract_batch, current_task
 from schemas import CAPTURES, CONNECTIONS, DECODE_ERRORS, FRAMES, Table
 from schemas.tables import PROTOCOL_COLUMNS, PROTOCOL_FACT_KEYS
 
@@ -154,12 +154,7 @@ def decode_and_stage_frames(batches, options: pipeline.Options, staged: StagedTa
     """
     import pyarrow as pa
 
-    if task is None:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        task = ctx.partitionId() if ctx is not None else 0
-    writer = staged.writer(task)
+    writer = staged.writer(current_task() if task is None else task)
     schema = options.flows_schema
     for out in pipeline.decode_flows(batches, options):
         if out.num_rows and out.column(0)[0].as_py() == "frame":

@@ -6,8 +6,9 @@ Reads only the frames table (whatever its source), repartitions it by
 connection and sorts each connection's frames by time, and runs the
 per-dialect state machines of amqp_decode.lifecycle in mapInArrow; the tasks
 write the three tables' Parquet files themselves (``StagedWriter``) and the
-driver commits them, request_responses last. A capture is redone when its frames were re-ingested (the transaction id carries the
-captures row's decoder version) or the lifecycle code changed.
+driver commits them, request_responses last. A capture is redone when its
+frames were re-ingested (the transaction id carries the captures row's
+decoder version) or the lifecycle code changed.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from amqp_decode import __version__
 from amqp_decode.lifecycle.batches import FRAME_COLUMNS, lifecycle_batches
 from jobs.config import Config
 from jobs.lake import TableStore
-from jobs.staging import StagedTable, contract_batch
 from jobs.session import shuffle_partitions
+from jobs.staging import StagedTable, contract_batch, current_task
 from schemas import DELIVERIES, FLOW_EVENTS, REQUEST_RESPONSES, Table
 
 log = logging.getLogger(__name__)
@@ -76,12 +77,8 @@ def stage_lifecycle(batches, fn, staged: dict[str, StagedTable], task: int | Non
     """
     import pyarrow.compute as pc
 
-    if task is None:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        task = ctx.partitionId() if ctx is not None else 0
     tables = dict(OUTPUTS)
+    task = current_task() if task is None else task
     writers = {kind: s.writer(task) for kind, s in staged.items()}
     for out in fn(batches):
         if not out.num_rows:

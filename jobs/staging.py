@@ -43,8 +43,8 @@ def contract_batch(t: Table, struct, given: Mapping[str, pa.Array]) -> pa.Record
     nullable column found nowhere is null. Types are the contract's; the
     writer casts and refuses what does not fit.
     """
-    names = set(struct.type.names) if struct is not None else set()
-    n = len(struct) if struct is not None else len(next(iter(given.values())))
+    names = set(struct.type.names)
+    n = len(struct)
     arrays = []
     for c in t.data_columns():
         if c.name in given:
@@ -58,6 +58,14 @@ def contract_batch(t: Table, struct, given: Mapping[str, pa.Array]) -> pa.Record
         else:
             raise SchemaMismatch(f"table {t.name}: no values for column {c.name}")
     return pa.RecordBatch.from_arrays(arrays, names=[c.name for c in t.data_columns()])
+
+
+def current_task() -> int:
+    """The Spark partition number of the task running this code (0 outside Spark): what names a task's files."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,7 +29,7 @@ def arrow_rows(data) -> pa.RecordBatch:
     """The rows as Arrow with the contract's data columns (no partition column), as a batch function holds them."""
     names = DECODE_ERRORS.column_names
     cols = list(zip(*data))
-    keep = [c for c in DECODE_ERRORS.data_columns()]
+    keep = DECODE_ERRORS.data_columns()
     return pa.RecordBatch.from_arrays([pa.array(cols[names.index(c.name)], c.arrow_type) for c in keep],
                                       names=[c.name for c in keep])
 
