@@ -14,8 +14,9 @@ DATA = ROOT / "tests" / "data"
 
 # Every JVM the tests start (the shared session, the CLI and spark-submit runs, the standalone cluster,
 # Airflow's tasks) lives for seconds on small captures: the C1 compiler alone starts them about 30%
-# sooner on two cores (38 s -> 27 s for one `amqplens run`). Results do not depend on the JIT.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
+# sooner on two cores (38 s -> 27 s for one `amqplens run`). Results do not depend on the JIT. The code
+# cache keeps its tiered size (see jobs/session.py QUICK_JIT).
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,10 @@ def test_the_shared_session_was_started_with_the_c1_compiler_and_our_logging(spa
     # the running JVM really has them (the launcher passed them on)
     args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert any(a.startswith("-Dlog4j2.configurationFile=") for a in args), args
+    # C1 alone would shrink the code cache to 48 MB, which a demo run filled; the JVM reports the size it kept
+    pools = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
+    code = [p.getUsage().getMax() for p in pools if "CodeCache" in p.getName() or "CodeHeap" in p.getName()]
+    assert sum(code) >= 200 << 20, code
 
 
 def test_auto_shuffle_partitions_are_two_per_core_of_the_session(spark, conf):

@@ -69,7 +69,8 @@ def test_quick_jit_puts_the_c1_flag_on_the_embedded_driver_only_when_on(conf_dir
 
     on, off = load_config(conf_dir=conf_dir), load_config(sets=["spark.quick_jit=false"], conf_dir=conf_dir)
     assert on["spark.quick_jit"] is True
-    assert driver_java_options(on).split() == [f"-Dlog4j2.configurationFile=file:{LOG4J}", "-XX:TieredStopAtLevel=1"]
+    assert driver_java_options(on).split() == [f"-Dlog4j2.configurationFile=file:{LOG4J}", "-XX:TieredStopAtLevel=1",
+                                               "-XX:ReservedCodeCacheSize=240m"]
     assert driver_java_options(off).split() == [f"-Dlog4j2.configurationFile=file:{LOG4J}"]
 
 
