@@ -9,6 +9,7 @@ into that codec, so the choice never loses or repeats a byte.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import struct
 from collections.abc import Callable
 
@@ -16,6 +17,7 @@ from amqp_decode import detect
 from amqp_decode.redaction import DEFAULT_REDACT_HEADERS, HeaderRedactor
 from amqp_decode.tcp.reassembly import TLS_HANDSHAKE
 from amqp_decode.tcp.records import TO_SERVER, ConnectionRecord
+from amqp_decode.tls import KeyLog, TlsLayer
 from amqp_decode.v0_9_1 import Amqp091StreamDecoder
 
 HEADER_LEN = 8
@@ -30,6 +32,12 @@ class DecodeOptions:
     max_error_bytes: int = 4096
     body_prefix_bytes: int = 0
     redact_headers: tuple[str, ...] = DEFAULT_REDACT_HEADERS  # header/property names whose values are withheld
+    # TLS secrets (amqp_decode.tls.KeyLog), or a handle whose ``value`` is one (the job's Spark broadcast):
+    # never compared, printed or fingerprinted; the job fingerprints ``KeyLog.fingerprint()`` instead
+    tls_keys: object = dataclasses.field(default=None, repr=False, compare=False)
+
+    def key_log(self) -> KeyLog | None:
+        return getattr(self.tls_keys, "value", self.tls_keys)
 
 
 def _v0_9_1(connection_id: str, dialect: str | None, o: DecodeOptions):
@@ -126,9 +134,15 @@ def sniff_framing(buf: bytes) -> str | None:
     return None
 
 
+def _ignore_close(consumer, connection) -> None:
+    pass
+
+
 class DecodingConsumer:
-    def __init__(self, connection_id: str, options: DecodeOptions, on_close: Callable[["DecodingConsumer", ConnectionRecord], None]):
+    def __init__(self, connection_id: str, options: DecodeOptions, on_close: Callable[["DecodingConsumer", ConnectionRecord], None],
+                 tls_port: bool = False):
         self.connection_id = connection_id
+        self.tls_port = tls_port  # on a TLS port, a stream that does not open with an AMQP header is TLS
         self.options = options
         self.on_close = on_close
         self.codec = None
@@ -138,15 +152,17 @@ class DecodingConsumer:
         self._redactor = HeaderRedactor(options.redact_headers)
 
     def _choose(self, first: bytes | None) -> None:
-        tls = bool(first) and first.startswith(TLS_HANDSHAKE)  # TLS on an AMQP port: recorded, not decoded
+        first = first or b""
+        tls = first.startswith(TLS_HANDSHAKE) or (self.tls_port and not first.startswith(b"AMQP"))
         name = detect.detect_protocol_header(first) if first else None
-        if name is None and not tls:
-            name = sniff_framing(next((a[3] for k, a in self._held if k == "data"), b""))
-        self.detected = name
-        factory = CODECS.get(name, _v0_9_1)
-        self.codec = factory(self.connection_id, name, self.options)
-        if tls:
-            self.codec.record_only("tls", "TLS records on an AMQP port (the client opened with a TLS handshake): recorded, not decoded")
+        if tls:  # decrypted with the key log's secrets where it has them; the AMQP inside gets a consumer of its own
+            inner = functools.partial(DecodingConsumer, self.connection_id, self.options, _ignore_close)
+            self.codec = TlsLayer(self.connection_id, self.options.key_log(), inner, self.options.max_error_bytes)
+        else:
+            if name is None:
+                name = sniff_framing(next((a[3] for k, a in self._held if k == "data"), b""))
+            self.detected = name
+            self.codec = CODECS.get(name, _v0_9_1)(self.connection_id, name, self.options)
         held, self._held = self._held, []
         for kind, args in held:
             getattr(self.codec, kind)(*args)

@@ -273,9 +273,9 @@ def _codec_error_row(capture_id: str, e: dict, stage: str = "codec") -> dict:
 
 
 def _accounting_row(capture_id: str, conn: ConnectionRecord, direction: str, facts: dict) -> dict | None:
-    """The nothing-is-lost check: frame + codec error + gap bytes must equal the stream bytes."""
+    """The nothing-is-lost check: frame + codec error + gap bytes (+ TLS record overhead) must equal the stream bytes."""
     stream = conn.bytes_to_server if direction == "to_server" else conn.bytes_to_client
-    covered = sum(facts.get(f"{k}_bytes_{direction}") or 0 for k in ("frame", "error", "gap"))
+    covered = sum(facts.get(f"{k}_bytes_{direction}") or 0 for k in ("frame", "error", "gap", "tls_overhead"))
     if covered == stream:
         return None
     return dataclasses.asdict(
@@ -328,9 +328,7 @@ class _FlowDecoder:
         )
 
     def _consumer(self, info) -> DecodingConsumer | None:
-        if info.tls:
-            return None
-        c = DecodingConsumer(info.connection_id, self.options.decode_options, self._closed)
+        c = DecodingConsumer(info.connection_id, self.options.decode_options, self._closed, tls_port=info.tls)
         self.live[info.connection_id] = c
         return c
 
