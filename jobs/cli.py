@@ -25,6 +25,8 @@ def _common(p: argparse.ArgumentParser, *, inputs: bool, logs: bool = False) -> 
     if inputs:
         p.add_argument("--input", nargs="+", required=not logs, default=[], metavar="PATH",
                        help="capture files, folders or globs" + (" (--input, --logs or both)" if logs else ""))
+        p.add_argument("--keylog", nargs="+", default=[], metavar="PATH",
+                       help="NSS key log files (SSLKEYLOGFILE) to decrypt TLS connections with (config capture.keylog)")
     if logs:
         p.add_argument("--logs", nargs="+", required=not inputs, default=[], metavar="PATH",
                        help="broker logs: RabbitMQ server logs, rabbitmq_tracing/firehose traces, Proton PN_TRACE_FRM traces")

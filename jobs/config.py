@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import pathlib
 import re
 import site
@@ -213,6 +214,7 @@ SPEC: dict[str, Rule] = {
     "capture.max_ooo_buffer": _size(),
     "capture.retransmit_history": _size(),
     "capture.port_reuse_idle_s": _int(0),
+    "capture.keylog": _names("a list of NSS key log files (SSLKEYLOGFILE) to decrypt TLS with"),
     "decode.max_error_bytes": _int(0),
     "decode.body_prefix_bytes": _int(0),
     "decode.field_table_letters": _choice("rabbitmq", "spec"),
@@ -330,4 +332,6 @@ def config_from_args(args) -> Config:
     sets = list(args.set)
     if getattr(args, "lake", None):
         sets.append(f"lake.root={args.lake}")
+    if getattr(args, "keylog", None):
+        sets.append(f"capture.keylog={json.dumps(args.keylog)}")  # a YAML flow list, whatever the paths hold
     return load_config(args.config, sets)

@@ -25,8 +25,9 @@ from amqp_decode import __version__
 from amqp_decode import pipeline
 from amqp_decode.capture import plan_splits, sniff_format
 from amqp_decode.codecs import DecodeOptions
+from amqp_decode.tls import KeyLog
 from jobs.config import Config
-from jobs.inputs import CaptureFile, capture_files
+from jobs.inputs import CaptureFile, InputError, capture_files
 from jobs.lake import TableStore
 from jobs.session import shuffle_partitions
 from jobs.staging import StagedTable, contract_batch, current_task
@@ -83,9 +84,27 @@ def options_from(conf: Config) -> pipeline.Options:
     )
 
 
+def read_keylog(conf: Config) -> KeyLog | None:
+    """The key log files of ``capture.keylog``, or None; a file that cannot be read is an input error (exit 2)."""
+    paths = conf["capture.keylog"]
+    if not paths:
+        return None
+    try:
+        keys = KeyLog.read(paths)
+    except OSError as exc:
+        raise InputError(f"key log {exc.filename}: {exc.strerror}") from None
+    log.info("key log: %d TLS session(s), %d line(s) skipped", len(keys), keys.skipped_lines)
+    return keys
+
+
 def fingerprint(options: pipeline.Options) -> str:
-    """What the rows depend on besides the input bytes: decoder version and decode options."""
-    settings = {k: v for k, v in dataclasses.asdict(options).items() if not k.endswith("_struct")}
+    """What the rows depend on besides the input bytes: decoder version, decode options and which TLS
+    sessions the key log covers (``KeyLog.fingerprint``: client randoms, never a secret)."""
+    keys = options.decode_options.key_log()
+    bare = dataclasses.replace(options, decode_options=dataclasses.replace(options.decode_options, tls_keys=None))
+    settings = {k: v for k, v in dataclasses.asdict(bare).items() if not k.endswith("_struct")}
+    if keys:
+        settings["tls_keys"] = keys.fingerprint()
     text = json.dumps({"version": __version__, **settings}, sort_keys=True, default=str)
     return f"{__version__}+{hashlib.blake2b(text.encode(), digest_size=6).hexdigest()}"
 
@@ -173,7 +192,11 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
     run_id = run_id or uuid.uuid4().hex[:12]
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
     options = options_from(conf)
-    fp = fingerprint(options)
+    keys = read_keylog(conf)
+    fp = fingerprint(dataclasses.replace(options, decode_options=dataclasses.replace(options.decode_options, tls_keys=keys)))
+    if keys:  # read once here; the tasks get the secrets through a broadcast, nothing else carries them
+        options = dataclasses.replace(options, decode_options=dataclasses.replace(
+            options.decode_options, tls_keys=spark.sparkContext.broadcast(keys)))
     files = capture_files(inputs, conf["inputs.roots"])
     todo = [f for f in files if not store.committed("captures", app_id(f.capture_id, fp))]
     skipped = [f.capture_id for f in files if f not in todo]

@@ -85,9 +85,10 @@ def with_connection_rows(captures, connections):
 
 
 def with_accounting(connections, frames, decode_errors):
-    """Per decoded connection and direction, the bytes frames and decode_errors (codec and gaps; frame-stage rows repeat frame bytes) account for.
+    """Per decoded connection and direction, the bytes frames and decode_errors (codec and gaps; frame-stage rows repeat frame bytes)
+    account for, plus a TLS connection's record overhead (its frames count decrypted bytes).
 
-    Decoded: a captured, non-TLS connection whose dialect was found (the others have no frames to count).
+    Decoded: a captured connection whose dialect was found, in the clear or decrypted (the others have no frames to count).
     """
     from pyspark.sql import functions as F
 
@@ -97,11 +98,12 @@ def with_accounting(connections, frames, decode_errors):
         return df.where(F.col("connection_id").isNotNull()).groupBy("connection_id").agg(
             *(F.sum(F.when(F.col("direction") == d, F.col(measure))).alias(f"{prefix}{d}") for d in ex.TO_SERVER_CLIENT))
 
-    decoded = F.col("dialect").isNotNull() & ~F.col("tls") & (F.col("source") == SOURCE_CAPTURE)
+    decoded = F.col("dialect").isNotNull() & (F.col("source") == SOURCE_CAPTURE)
     df = (connections.join(per_direction(frames, "size", "_f_"), "connection_id", "left")
           .join(per_direction(decode_errors.where(F.col("stage") != STAGE_FRAME), "length", "_e_"), "connection_id", "left"))
     for d in ex.TO_SERVER_CLIENT:
-        df = df.withColumn(ex.accounted(d), F.when(decoded, F.coalesce(f"_f_{d}", F.lit(0)) + F.coalesce(f"_e_{d}", F.lit(0))))
+        covered = F.coalesce(f"_f_{d}", F.lit(0)) + F.coalesce(f"_e_{d}", F.lit(0)) + F.coalesce(f"tls_overhead_bytes_{d}", F.lit(0))
+        df = df.withColumn(ex.accounted(d), F.when(decoded, covered))
     stream = sum(F.col(f"bytes_{d}") - F.col(f"missing_bytes_{d}") for d in ex.TO_SERVER_CLIENT)
     codec = sum(F.coalesce(f"codec_error_bytes_{d}", F.lit(0)) for d in ex.TO_SERVER_CLIENT)
     share = F.when(decoded & (stream > 0), codec / stream)

@@ -12,7 +12,7 @@ from schemas.base import Table
 CAPTURE_DATE = C("capture_date", "date", "UTC day of the capture's first packet (1970-01-01 when it has none); the partition", False)
 CAPTURE_ID = C("capture_id", "string", "sha256 of the input file's bytes (a capture, or a broker log: its log_id)", False)
 
-# Columns of connections filled by the AMQP codecs (null for TLS and undecoded connections).
+# Columns of connections filled by the AMQP codecs (null for undecoded connections), then the TLS layer's.
 PROTOCOL_COLUMNS = (
     C("dialect", "string", "0-8 | 0-9 | 0-9-1 | 1.0 | ...: from the protocol header, connection.start's version or consistent framing"),
     C("dialect_source", "string", "protocol_header | connection_start | framing | forced"),
@@ -60,6 +60,18 @@ PROTOCOL_COLUMNS = (
     C("sasl_outcome", "string", "1.0: sasl-outcome code name (ok, auth, sys, sys-perm, sys-temp)"),
     C("close_condition", "string", "1.0: error condition of the first close"),
     C("close_description", "string", "1.0: error description of the first close"),
+) + (
+    # TLS (amqp_decode.tls): null for a connection that is not TLS. Per direction: stream bytes =
+    # tls_plaintext + tls_overhead + tls_undecrypted + missing bytes; frames and codec errors cover the plaintext.
+    C("tls_status", "string", "decrypted | no_key (no key log entry for its ClientHello random) | unsupported_suite | decrypt_failed (a record did not authenticate)"),
+    C("tls_version", "string", "TLS version the ServerHello chose: 1.2 | 1.3 | 1.1 | 1.0 | ssl3.0"),
+    C("tls_cipher_suite", "string", "IANA name of the cipher suite the ServerHello chose (its number in hex when not one amqplens decrypts)"),
+    C("tls_plaintext_bytes_to_server", "int64", "decrypted application data client -> server (the stream the AMQP codec saw; frames.stream_offset counts in it)"),
+    C("tls_plaintext_bytes_to_client", "int64", "decrypted application data server -> client"),
+    C("tls_overhead_bytes_to_server", "int64", "TLS record bytes that are not application data client -> server: headers, nonces, tags, padding, handshake, alerts"),
+    C("tls_overhead_bytes_to_client", "int64", "same, server -> client"),
+    C("tls_undecrypted_bytes_to_server", "int64", "TLS bytes not decrypted client -> server (their decode_errors rows have reason tls*)"),
+    C("tls_undecrypted_bytes_to_client", "int64", "same, server -> client"),
 )
 
 # protocol column -> key of the codecs' connection facts, where they differ
@@ -117,7 +129,7 @@ CONNECTIONS = Table(
         C("handshake_rtt_us", "int64", "SYN to the client's ACK of SYN/ACK, when all three were captured"),
         C("end_reason", "string", "fin | rst | capture_end | port_reuse; log-sourced: closed | closed_abruptly | closed_error (the broker log's last word on it) | log_end", False),
         C("closed_by", "string", "client | server, for fin and rst"),
-        C("tls", "bool", "a TLS port or a stream starting with a TLS record; not decoded", False),
+        C("tls", "bool", "a TLS port or a stream starting with a TLS record; decoded when a key log holds its secrets (tls_status)", False),
         C("selected_by", "string", "port | sniff: why the flow was kept; log for a connection a broker log or Proton trace gives", False),
         C("packets_to_server", "int64", "all packets client -> server, pure ACKs included", False),
         C("packets_to_client", "int64", "all packets server -> client", False),

@@ -163,6 +163,7 @@ class TlsLayer:
             out[f"stream_bytes_{name}"] = d.fed
             out[f"tls_overhead_bytes_{name}"] = d.overhead
             out[f"tls_plaintext_bytes_{name}"] = d.plaintext
+            out[f"tls_undecrypted_bytes_{name}"] = d.undecrypted
         out["tls_status"] = self.status
         out["tls_version"] = version_name(self.version) if self.version is not None else None
         out["tls_cipher_suite"] = suite_name(self.cipher_suite) if self.cipher_suite is not None else None
