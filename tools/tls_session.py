@@ -1,6 +1,6 @@
 """Test TLS material and in-memory TLS sessions, for fixtures, tests and the TLS benchmark capture.
 
-- ``TestPki.create(folder)``: a test CA and a server certificate for ``localhost``/127.0.0.1/::1
+- ``TlsPki.create(folder)``: a test CA and a server certificate for ``localhost``/127.0.0.1/::1
   (EC P-256, ``cryptography``), written as PEM files. Test keys only: they protect nothing.
 - ``MemoryTls``: a real TLS client and server (Python's ``ssl``, OpenSSL) joined by memory BIOs.
   Application data written on either side comes out as the TLS record bytes each peer sent
@@ -26,13 +26,13 @@ VALID_DAYS = 3650  # committed fixtures must not expire under the tests
 
 
 @dataclass(frozen=True)
-class TestPki:
+class TlsPki:
     ca_cert: Path
     server_cert: Path
     server_key: Path
 
     @classmethod
-    def create(cls, folder: str | Path) -> "TestPki":
+    def create(cls, folder: str | Path) -> "TlsPki":
         """The CA and server files in ``folder`` (made once; an existing set is reused)."""
         folder = Path(folder)
         pki = cls(folder / "ca.pem", folder / "server.pem", folder / "server.key")
@@ -85,7 +85,7 @@ class TestPki:
 class MemoryTls:
     """One TLS session between two SSLObjects; ``write(direction, data)`` and ``turns``."""
 
-    def __init__(self, pki: TestPki, version: str, keylog: str | Path | None, ciphers: str | None = None) -> None:
+    def __init__(self, pki: TlsPki, version: str, keylog: str | Path | None, ciphers: str | None = None) -> None:
         self._bios = {d: (ssl.MemoryBIO(), ssl.MemoryBIO()) for d in ("client", "server")}
         cin, cout = self._bios["client"]
         sin, sout = self._bios["server"]

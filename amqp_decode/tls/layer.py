@@ -42,6 +42,9 @@ MAX_FRAGMENT = (1 << 14) + 2048  # RFC 5246 6.2.3: the largest TLSCiphertext.len
 # server's first flight are a few KiB; this much without a ServerHello means there is none to read.
 HOLD_BYTES = 64 * 1024
 _HEADER = struct.Struct(">BHH")
+# A key log with only the traffic secrets: the sender's encrypted handshake flight (EncryptedExtensions to
+# Finished, a few records) cannot be opened and is counted as overhead, up to this many records.
+PROBE_RECORDS = 8
 
 NOT_DECODED = {
     NO_KEY: ("tls", "TLS records without a matching key log entry (the ClientHello random): recorded, not decoded"),
@@ -57,7 +60,7 @@ class _Direction:
     """One direction's record buffer, keys and byte counters."""
 
     __slots__ = ("name", "buf", "base", "marks", "shadow", "opaque", "region", "decryptor", "pending", "secret",
-                 "later", "hs", "overhead", "plaintext", "undecrypted", "gap", "fed", "plain_offset")  # fmt: skip
+                 "later", "probe", "hs", "overhead", "plaintext", "undecrypted", "gap", "fed", "plain_offset")  # fmt: skip
 
     def __init__(self, name: str, cap: int) -> None:
         self.name = name
@@ -72,6 +75,7 @@ class _Direction:
         self.pending: Decryptor | None = None  # TLS 1.2: what ChangeCipherSpec turns on
         self.secret: bytes | None = None  # TLS 1.3: the traffic secret of ``decryptor``
         self.later: list[bytes] = []  # TLS 1.3: secrets of the next epochs (traffic secret 0 after the handshake's)
+        self.probe = 0  # TLS 1.3 without handshake secrets: protected records still allowed not to open (see _record)
         self.hs = bytearray()  # handshake bytes not yet cut into messages
         self.overhead = self.plaintext = self.undecrypted = self.gap = self.fed = self.plain_offset = 0
 
@@ -158,6 +162,7 @@ class TlsLayer:
     def connection_facts(self) -> dict:
         out = dict(self.inner.connection_facts()) if self.inner is not None else {}
         for name, d in self.dirs.items():
+            out.setdefault(f"frame_bytes_{name}", 0)
             out[f"error_bytes_{name}"] = (out.get(f"error_bytes_{name}") or 0) + d.undecrypted
             out[f"gap_bytes_{name}"] = d.gap
             out[f"stream_bytes_{name}"] = d.fed
@@ -205,6 +210,11 @@ class TlsLayer:
         plain = d.decryptor.open(ct, version, fragment)
         if plain is None and tls13:
             plain = self._next_epoch(d, ct, version, fragment)
+        if plain is None and d.probe:  # the handshake flight under secrets the key log lacks: overhead
+            d.probe -= 1
+            d.overhead += size
+            return
+        d.probe = 0
         if plain is not None and tls13:  # TLSInnerPlaintext: content || type || zero padding
             body = plain.rstrip(b"\0")
             plain, ct = (body[:-1], body[-1]) if body else (None, 0)
@@ -278,6 +288,7 @@ class TlsLayer:
         for name, (first, *rest) in epochs.items():
             d = self.dirs[name]
             d.secret, d.later, d.decryptor = first, rest, tls13_decryptor(suite, first)
+            d.probe = 0 if rest else PROBE_RECORDS
         return True
 
     def _keys_found(self) -> None:
