@@ -66,9 +66,11 @@ class RabbitNode:
     """
 
     def __init__(self, workdir: str | os.PathLike, port: int = 5672,
-                 name: str = "amqplens", ipv6: bool | None = None) -> None:
+                 name: str = "amqplens", ipv6: bool | None = None, tls=None, tls_port: int = 5671) -> None:
         self.workdir = Path(workdir).resolve()
         self.port = port
+        self.tls = tls  # a tools.tls_session.TlsPki: a TLS listener on 127.0.0.1:tls_port with its server certificate
+        self.tls_port = tls_port
         self.dist_port = port + 20000
         self.epmd_port = port + 21000
         self.nodename = f"{name}@localhost"
@@ -116,6 +118,13 @@ class RabbitNode:
         listeners = [f"listeners.tcp.1 = 127.0.0.1:{self.port}"]
         if self.ipv6:
             listeners.append(f"listeners.tcp.2 = ::1:{self.port}")
+        if self.tls is not None:
+            listeners += [f"listeners.ssl.default = 127.0.0.1:{self.tls_port}",
+                          f"ssl_options.cacertfile = {Path(self.tls.ca_cert).resolve()}",
+                          f"ssl_options.certfile = {Path(self.tls.server_cert).resolve()}",
+                          f"ssl_options.keyfile = {Path(self.tls.server_key).resolve()}",
+                          "ssl_options.verify = verify_none", "ssl_options.fail_if_no_peer_cert = false",
+                          "ssl_options.versions.1 = tlsv1.3", "ssl_options.versions.2 = tlsv1.2"]
         (w / "rabbitmq.conf").write_text("\n".join(listeners + [
             "amqp1_0.default_user = guest",
             # a nearly full CI disk must not block publishers
@@ -131,8 +140,9 @@ class RabbitNode:
     # -- lifecycle --------------------------------------------------------
 
     def start(self) -> "RabbitNode":
-        if not port_is_free(self.port):
-            raise RuntimeError(f"127.0.0.1:{self.port} is already in use")
+        for port in (self.port, self.tls_port) if self.tls is not None else (self.port,):
+            if not port_is_free(port):
+                raise RuntimeError(f"127.0.0.1:{port} is already in use")
         self._write_layout()
         self.pid_file.unlink(missing_ok=True)
         env = self.env
@@ -153,6 +163,8 @@ class RabbitNode:
                      timeout=START_TIMEOUT_S + 30)
             self.ctl("await_startup", timeout=START_TIMEOUT_S)
             wait_for_port(self.port, 30, self._server)
+            if self.tls is not None:
+                wait_for_port(self.tls_port, 30, self._server)
         except BaseException:
             self.stop()
             raise

@@ -1069,23 +1069,24 @@ What RabbitMQ 3.10's plugin did here:
 """
 
 
-def put_readme_section(text: str) -> None:
-    """Replace the README's amqp10_rich section (up to the next ``## ``), or append it."""
+def put_readme_section(text: str, heading: str = RICH_HEADING) -> None:
+    """Replace the README's section under ``heading`` (up to the next ``## ``), or append it."""
     readme = BROKER_DIR / "README.md"
     old = readme.read_text() if readme.exists() else ""
-    start = old.find("\n" + RICH_HEADING) + 1
+    start = old.find("\n" + heading) + 1
     if start <= 0:
         new = old.rstrip("\n") + "\n\n" + text
     else:
-        end = old.find("\n## ", start + len(RICH_HEADING))
+        end = old.find("\n## ", start + len(heading))
         new = old[:start] + text + ("\n" + old[end + 1:] if end >= 0 else "")
     readme.write_text(new)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="*", choices=sorted(all_scenarios()) + ["broker_logs"],
-                    help="scenarios to run (broker_logs: tests/data/logs/, see tools/log_fixtures.py)")
+    ap.add_argument("--only", nargs="*", choices=sorted(all_scenarios()) + ["broker_logs", "tls"],
+                    help="scenarios to run (broker_logs: tests/data/logs/, see tools/log_fixtures.py; "
+                         "tls: tls_*.pcap and their key logs, see tools/tls_fixtures.py)")
     ap.add_argument("--no-demo", action="store_true")
     ap.add_argument("--workdir", help="broker folder (default: a temporary one)")
     ap.add_argument("--proton-client", nargs=3, metavar=("URL", "ADDRESS", "N"),
@@ -1105,13 +1106,22 @@ def main(argv: list[str] | None = None) -> None:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="amqplens-rabbit-"))
     BROKER_DIR.mkdir(parents=True, exist_ok=True)
     results = {}
-    node = RabbitNode(workdir, port=AMQP_PORT, name="fixtures")
+    from tools.tls_fixtures import TLS_HEADING, pki, run_tls_fixtures, tls_readme_section
+
+    tls_results: dict = {}
+
+    node = RabbitNode(workdir, port=AMQP_PORT, name="fixtures", tls=pki())
     with node:
         versions = node.versions()
-        for name in args.only or all_scenarios():
+        for name in args.only or [*all_scenarios(), "tls"]:
             if name == "broker_logs":  # its own folder and README; enables plugins, so only alone or last
                 from tools.log_fixtures import broker_logs
                 print(f"broker_logs {broker_logs(node)['seconds']}s", flush=True)
+                continue
+            if name == "tls":
+                tls_results = run_tls_fixtures(node)
+                for fixture, res in tls_results.items():
+                    print(f"{fixture:22s} {res['seconds']:5.1f}s {dict(res['client'])}", flush=True)
                 continue
             results[name] = run_scenario(node, name)
             print(f"{name:22s} {results[name]['seconds']:5.1f}s "
@@ -1133,6 +1143,8 @@ def main(argv: list[str] | None = None) -> None:
                      results, seconds)
     elif "amqp10_rich" in results:
         put_readme_section(rich_readme_section(results["amqp10_rich"], versions))
+    if tls_results:
+        put_readme_section(tls_readme_section(tls_results, versions), TLS_HEADING)
     for pcap in sorted(BROKER_DIR.glob("*.pcap")) + sorted(DEMO_DIR.glob("*.pcap")):
         methods = tshark_methods(pcap)
         print(f"{pcap.name}: " + ", ".join(f"{k} {v}" for k, v in sorted(methods.items())))

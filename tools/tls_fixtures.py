@@ -1,0 +1,130 @@
+"""AMQPS fixtures: one 0-9-1 scenario captured in the clear, over TLS 1.2 (AES-GCM and ChaCha20-Poly1305)
+and over TLS 1.3, against the real broker's TLS listener, with the client's key log next to each pcap.
+
+Called by ``tools/make_fixtures.py`` (``--only tls``), whose node then also listens with TLS on
+127.0.0.1:5671 with a server certificate of a test CA this module makes (``tests/data/broker/tls_pki/``,
+EC P-256 via ``cryptography``; test keys that protect nothing). pika connects with an
+``ssl.SSLContext`` whose ``keylog_filename`` is ``NAME.keylog``, so each key log holds exactly that
+capture's session. The scenario is deterministic frame for frame (fixed queue name and consumer tag,
+each publish confirmed alone, deliveries settled as they arrive), so the TLS captures must decode to
+the plaintext capture's frames, deliveries and outcomes.
+
+No AMQP 1.0 client over TLS: python-qpid-proton's SSL layer has no key log hook (no
+``keylog_filename``, and its OpenSSL does not read SSLKEYLOGFILE), so its sessions cannot be decrypted.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pika
+
+from tools.tls_session import TlsPki
+
+ROOT = Path(__file__).resolve().parent.parent
+BROKER_DIR = ROOT / "tests" / "data" / "broker"
+PKI_DIR = BROKER_DIR / "tls_pki"
+# fixture name -> (TLS version or None for the clear, OpenSSL cipher list for TLS 1.2)
+VARIANTS = {
+    "tls_plain": (None, None),
+    "tls12": ("1.2", "ECDHE-ECDSA-AES128-GCM-SHA256"),
+    "tls12_chacha": ("1.2", "ECDHE-ECDSA-CHACHA20-POLY1305"),
+    "tls13": ("1.3", None),
+}
+MESSAGES = 10
+QUEUE = CONSUMER_TAG = "tls_traffic"
+
+
+def pki() -> TlsPki:
+    return TlsPki.create(PKI_DIR)
+
+
+def tls_traffic(run, params: pika.ConnectionParameters) -> None:
+    """confirm.select; 10 publishes, each confirmed alone; basic.qos prefetch 5; basic.consume with a fixed
+    consumer tag; the first 9 deliveries acked one by one, the 10th rejected without requeue; basic.cancel,
+    queue.delete, connection.close."""
+    from tools.make_fixtures import body, pump
+
+    conn = pika.BlockingConnection(params)
+    ch = conn.channel()
+    ch.queue_declare(QUEUE)
+    ch.confirm_delivery()
+    for i in range(MESSAGES):
+        ch.basic_publish("", QUEUE, body(300, i), pika.BasicProperties(message_id=f"tls-{i}", delivery_mode=1))
+        run.count("published")
+        run.count("confirmed")
+    ch.basic_qos(prefetch_count=5)
+
+    def on_message(channel, method, properties, payload) -> None:
+        run.count("delivered")
+        if method.delivery_tag < MESSAGES:
+            channel.basic_ack(method.delivery_tag)
+            run.count("acked")
+        else:
+            channel.basic_reject(method.delivery_tag, requeue=False)
+            run.count("rejected")
+
+    ch.basic_consume(QUEUE, on_message, consumer_tag=CONSUMER_TAG)
+    pump(conn, lambda: run.client["delivered"] >= MESSAGES, what="deliveries")
+    ch.basic_cancel(CONSUMER_TAG)
+    ch.queue_delete(QUEUE)
+    conn.close()
+
+
+def run_tls_fixtures(node) -> dict:
+    from tools.make_fixtures import GUEST, Capture, Run, write_json
+
+    results = {}
+    authority = pki()
+    for name, (version, ciphers) in VARIANTS.items():
+        pcap, keylog = BROKER_DIR / f"{name}.pcap", BROKER_DIR / f"{name}.keylog"
+        keylog.unlink(missing_ok=True)
+        run = Run(node, "tls_traffic", snapshots=False)  # the same name (connection_name) in every variant
+        props = {"connection_name": "fixture-tls_traffic"}
+        if version is None:
+            params = pika.ConnectionParameters("127.0.0.1", node.port, credentials=GUEST, client_properties=props)
+        else:
+            ctx = authority.client_context(version, keylog, ciphers)
+            params = pika.ConnectionParameters("127.0.0.1", node.tls_port, credentials=GUEST, client_properties=props,
+                                               ssl_options=pika.SSLOptions(ctx, "localhost"))
+        t0 = time.monotonic()
+        with Capture(pcap, port=node.port if version is None else node.tls_port) as cap:
+            tls_traffic(run, params)
+        results[name] = run.oracle() | {"pcap": pcap.name, "capture": cap.stats, "tls_version": version,
+                                        "keylog": keylog.name if version else None,
+                                        "seconds": round(time.monotonic() - t0, 2)}
+        write_json(BROKER_DIR / f"{name}.oracle.json", results[name])
+    return results
+
+
+TLS_HEADING = "## AMQPS: `tls_*.pcap` and their key logs"
+
+
+def tls_readme_section(results: dict, versions: dict) -> str:
+    """The README's section on the TLS fixtures (rewritten by every run that makes them)."""
+    rows = "\n".join(
+        f"| `{name}.pcap` | {(BROKER_DIR / f'{name}.pcap').stat().st_size} | {VARIANTS[name][0] or 'clear'} | "
+        f"{VARIANTS[name][1] or 'OpenSSL default'} | {'`' + res['keylog'] + '`' if res['keylog'] else ''} |"
+        for name, res in results.items())
+    doc = " ".join((tls_traffic.__doc__ or "").split())
+    return f"""{TLS_HEADING}
+
+Regenerate them alone (as root; the broker then also listens with TLS on 127.0.0.1:5671):
+
+    .venv/bin/python tools/make_fixtures.py --only tls --no-demo
+
+Made with RabbitMQ {versions['rabbitmq']} (Erlang/OTP {versions['otp']}) and pika {pika.__version__}; the
+server certificate is signed by a test CA the tool makes (`tls_pki/`: EC P-256, test keys only). Each
+capture is `tcpdump ... 'tcp port 5671'` (5672 for the clear one) around one connection; the client's
+`SSLContext.keylog_filename` wrote `NAME.keylog` (NSS format), so each key log holds that capture's
+session only. Decrypt with `tshark -o tls.keylog_file:tls13.keylog -r tls13.pcap`.
+
+{doc} The same scenario in every file, so the TLS captures decode to the clear one's frames.
+
+| file | bytes | TLS | cipher list | key log |
+| --- | ---: | --- | --- | --- |
+{rows}
+
+No AMQP 1.0 client over TLS: python-qpid-proton's SSL layer offers no key log hook.
+"""
