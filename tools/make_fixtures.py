@@ -1069,15 +1069,15 @@ What RabbitMQ 3.10's plugin did here:
 """
 
 
-def put_readme_section(text: str, heading: str = RICH_HEADING) -> None:
-    """Replace the README's section under ``heading`` (up to the next ``## ``), or append it."""
+def put_readme_section(text: str) -> None:
+    """Replace the README's amqp10_rich section (up to the next ``## ``), or append it."""
     readme = BROKER_DIR / "README.md"
     old = readme.read_text() if readme.exists() else ""
-    start = old.find("\n" + heading) + 1
+    start = old.find("\n" + RICH_HEADING) + 1
     if start <= 0:
         new = old.rstrip("\n") + "\n\n" + text
     else:
-        end = old.find("\n## ", start + len(heading))
+        end = old.find("\n## ", start + len(RICH_HEADING))
         new = old[:start] + text + ("\n" + old[end + 1:] if end >= 0 else "")
     readme.write_text(new)
 
@@ -1086,7 +1086,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", choices=sorted(all_scenarios()) + ["broker_logs", "tls"],
                     help="scenarios to run (broker_logs: tests/data/logs/, see tools/log_fixtures.py; "
-                         "tls: tls_*.pcap and their key logs, see tools/tls_fixtures.py)")
+                         "tls: tests/data/tls/, see tools/tls_fixtures.py)")
     ap.add_argument("--no-demo", action="store_true")
     ap.add_argument("--workdir", help="broker folder (default: a temporary one)")
     ap.add_argument("--proton-client", nargs=3, metavar=("URL", "ADDRESS", "N"),
@@ -1106,7 +1106,7 @@ def main(argv: list[str] | None = None) -> None:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="amqplens-rabbit-"))
     BROKER_DIR.mkdir(parents=True, exist_ok=True)
     results = {}
-    from tools.tls_fixtures import TLS_HEADING, pki, run_tls_fixtures, tls_readme_section
+    from tools.tls_fixtures import pki, run_tls_fixtures, write_tls_readme
 
     tls_results: dict = {}
 
@@ -1144,7 +1144,7 @@ def main(argv: list[str] | None = None) -> None:
     elif "amqp10_rich" in results:
         put_readme_section(rich_readme_section(results["amqp10_rich"], versions))
     if tls_results:
-        put_readme_section(tls_readme_section(tls_results, versions), TLS_HEADING)
+        write_tls_readme(tls_results, versions)
     for pcap in sorted(BROKER_DIR.glob("*.pcap")) + sorted(DEMO_DIR.glob("*.pcap")):
         methods = tshark_methods(pcap)
         print(f"{pcap.name}: " + ", ".join(f"{k} {v}" for k, v in sorted(methods.items())))
