@@ -152,11 +152,13 @@ def reference(data: bytes, as_capture_id: str, options: pipeline.Options, tmp_pa
                                        schema=pipeline.SPLITS_SCHEMA)  # fmt: skip
     table = pa.Table.from_batches(list(pipeline.read_splits([split], options)), schema=pipeline.PACKETS_OUT_SCHEMA)
     table = table.sort_by([("flow_key", "ascending"), ("ts_us", "ascending"), ("record_offset", "ascending")])
-    out = {"frame": [], "connection": [], "error": []}
+    out = {"frame": [], "connection": [], "error": [], "facts": []}
     for batch in pipeline.decode_flows(table.to_batches(), options):
         kind = batch.column("kind")[0].as_py() if batch.num_rows else None
         if kind in out:
             out[kind] += batch.column(kind).to_pylist()
+        if kind == "connection":
+            out["facts"] += batch.column("facts").to_pylist()
     return out
 
 

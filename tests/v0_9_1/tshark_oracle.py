@@ -16,6 +16,7 @@ from tests.oracles.tshark_json import PREFS, available, packets  # noqa: F401  (
 from tests.oracles.tshark_json import get as _get
 
 AMQP_PORTS = (5672,)
+AMQPS_PORTS = (5671,)
 
 
 def _run(args: list[str]) -> str:
@@ -52,13 +53,15 @@ def _int(v):
     return int(v) if v is not None else None
 
 
-def frames(pcap: str) -> dict:
-    """``{(stream, direction): [(channel, type, class, method, delivery_tag), ...]}``."""
-    out = _run(["-r", pcap, *PREFS, "-T", "json", "-J", "tcp amqp"])
+def frames(pcap: str, keylog: str | None = None) -> dict:
+    """``{(stream, direction): [(channel, type, class, method, delivery_tag), ...]}``; with ``keylog``, TLS on
+    5671 too, decrypted by tshark with that NSS key log."""
+    tls = ["-o", f"tls.keylog_file:{keylog}"] if keylog else []
+    out = _run(["-r", pcap, *PREFS, *tls, "-T", "json", "-J", "tcp amqp"])
     result: dict = {}
     for tcp, found in packets(out):
         stream = int(_get(tcp, "tcp.stream"))
-        direction = "to_server" if int(_get(tcp, "tcp.dstport")) in AMQP_PORTS else "to_client"
+        direction = "to_server" if int(_get(tcp, "tcp.dstport")) in AMQP_PORTS + AMQPS_PORTS else "to_client"
         for amqp in found:
             ftype = _get(amqp, "amqp.type")
             if ftype is None:  # tshark 4.0 leaves the 0-9-1 protocol header undissected
