@@ -85,7 +85,8 @@ class TlsPki:
 class MemoryTls:
     """One TLS session between two SSLObjects; ``write(direction, data)`` and ``turns``."""
 
-    def __init__(self, pki: TlsPki, version: str, keylog: str | Path | None, ciphers: str | None = None) -> None:
+    def __init__(self, pki: TlsPki, version: str, keylog: str | Path | None, ciphers: str | None = None,
+                 keep_received: bool = True) -> None:
         self._bios = {d: (ssl.MemoryBIO(), ssl.MemoryBIO()) for d in ("client", "server")}
         cin, cout = self._bios["client"]
         sin, sout = self._bios["server"]
@@ -93,6 +94,7 @@ class MemoryTls:
         self.server = pki.server_context(version, ciphers).wrap_bio(sin, sout, server_side=True)
         self.turns: list[tuple[str, bytes]] = []
         self.received = {"to_server": bytearray(), "to_client": bytearray()}
+        self.keep_received = keep_received  # False: what each peer reads is dropped (long sessions)
         self._handshake()
 
     def _move(self) -> bool:
@@ -128,7 +130,8 @@ class MemoryTls:
                     break
                 if not data:
                     break
-                self.received[direction] += data
+                if self.keep_received:
+                    self.received[direction] += data
 
     def write(self, direction: str, data: bytes) -> None:
         """``data`` from the client (``to_server``) or the server (``to_client``), as the records the peer sends."""
