@@ -14,7 +14,7 @@ BENCH_SIZES ?=
 BENCH_ARGS ?=
 DIST ?= dist
 
-.PHONY: demo test test-fast bench dist docs clean java airflow
+.PHONY: demo test test-fast bench bench-tls dist docs clean java airflow
 
 java:
 	@command -v java >/dev/null 2>&1 || { echo "amqplens needs Java 17 for Spark: apt-get install -y openjdk-17-jre-headless (or set JAVA_HOME)"; exit 1; }
@@ -45,6 +45,10 @@ test-fast: $(STAMP)
 
 bench: java $(STAMP)
 	$(PY) -m tools.bench $(if $(BENCH_SIZES),--sizes $(BENCH_SIZES),--size-mb $(BENCH_SIZE_MB)) $(BENCH_ARGS)
+
+# TLS decryption cost per GB on a 300 MB capture's TLS twin (tools/bench_tls.py)
+bench-tls: $(STAMP)
+	$(PY) -m tools.bench --tls --size-mb 300
 
 docs: $(STAMP)
 	$(PY) -m tools.gen_table_docs

@@ -22,7 +22,8 @@ TLS = DATA / "tls"
 NAMES = ("tls_plain", "tls12", "tls12_chacha", "tls13")
 KEYED = ("tls12", "tls13")
 IGNORED = {"capture_id", "capture_date", "connection_id", "frame_id", "delivery_id", "settled_by_frame_id", "frame_ids",
-           "ts", "sent_ts", "settled_ts", "settle_latency_us"}
+           "request_frame_id", "response_frame_id", "ts", "sent_ts", "settled_ts", "request_ts", "response_ts",
+           "settle_latency_us", "latency_us"}
 
 
 @pytest.fixture(scope="module")
