@@ -53,6 +53,7 @@ ENUMS: dict[str, dict[str, tuple]] = {
         "dialect_source": ("protocol_header", "connection_start", "framing", "forced"),
         "amqp_closed_by": CLIENT_SERVER,
         "sasl_outcome": ("ok", "auth", "sys", "sys-perm", "sys-temp"),
+        "tls_status": ("decrypted", "no_key", "unsupported_suite", "decrypt_failed"),  # amqp_decode.tls.TLS_STATUSES
     },
     "frames": {
         "direction": TO_SERVER_CLIENT,

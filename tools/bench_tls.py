@@ -1,6 +1,6 @@
 """The cost of TLS decryption, per GB: the same AMQP traffic decoded in the clear and over TLS.
 
-    python -m tools.bench --tls --size-mb 300      # (tools/bench.py hands over to ``main`` here)
+    python -m tools.bench --tls --size-mb 320      # (tools/bench.py hands over to ``main`` here)
 
 From ``tools.gen_capture``'s capture (cached in ``--out`` like the main benchmark's), ``tools.gen_tls_capture``
 makes two twins, cached beside it: the TLS twin (every connection through real OpenSSL sessions, TLS 1.3

@@ -184,8 +184,8 @@ class TlsLayer:
                 self.status = DECRYPT_FAILED if self.status == DECRYPTED else self.status
                 return
             end = pos + RECORD_HEADER + length
-            if end > len(buf) or (self.status is None and ct not in (HANDSHAKE, ALERT)):
-                break  # a partial record, or one that waits for the keys
+            if end > len(buf) or (self.status is None and ct in (APPLICATION_DATA, HEARTBEAT)):
+                break  # a partial record, or protected data that waits for the keys
             self._record(d, ct, version, bytes(buf[pos + RECORD_HEADER : end]), d.base + pos)
             if d.opaque is not None:  # the record turned the direction opaque (and took the buffer)
                 return

@@ -78,3 +78,10 @@ def test_the_tls_package_imports_no_spark_and_nothing_but_cryptography():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module] if isinstance(node, ast.ImportFrom) else []
             for name in names:
                 assert name.split(".")[0] in allowed, (path.name, name)
+
+
+def test_the_contract_checks_the_statuses_the_layer_gives():
+    from amqp_decode.tls import TLS_STATUSES
+    from schemas.expectations import ENUMS
+
+    assert ENUMS["connections"]["tls_status"] == TLS_STATUSES
