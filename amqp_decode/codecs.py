@@ -1,9 +1,12 @@
 """Which codec decodes a connection: chosen from its first bytes, then fed every byte.
 
 ``DecodingConsumer`` is the ``StreamConsumer`` the TCP reassembler gets for
-each selected, non-TLS connection. It holds the first few bytes until the
-protocol header (or its absence) says which codec to use, then replays them
-into that codec, so the choice never loses or repeats a byte.
+each selected connection. It holds the first few bytes until the protocol
+header (or its absence) says which codec to use, then replays them into that
+codec, so the choice never loses or repeats a byte. A stream that opens with a
+TLS handshake (or any stream on a TLS port that does not open with ``AMQP``)
+goes to ``amqp_decode.tls.TlsLayer`` instead, which decrypts it with the key
+log's secrets and hands the application data to a DecodingConsumer of its own.
 """
 
 from __future__ import annotations

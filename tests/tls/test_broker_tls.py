@@ -9,7 +9,9 @@ Bad input tried: each capture with another capture's key log (no matching client
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import json
 import subprocess
 
 import pytest
@@ -23,7 +25,8 @@ from tests.e2e.hostile_captures import reference
 from tests.v0_9_1 import tshark_oracle
 
 TLS = DATA / "tls"
-FIXTURES = ("tls12", "tls12_chacha", "tls13")
+PIKA = ("tls12", "tls12_chacha", "tls13")  # the clear capture's scenario, byte for byte in the clear
+FIXTURES = (*PIKA, "tls13_pyamqp")  # py-amqp: the same steps, its own client properties
 TYPE_CODE = {"method": 1, "header": 2, "body": 3, "heartbeat": 8}
 IGNORED = ("connection_id", "ts_us")
 
@@ -44,7 +47,7 @@ def clear(tmp_path_factory):
     return decode("tls_plain", None, tmp_path_factory.mktemp("clear"))
 
 
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", PIKA)
 def test_tls_fixture_decodes_to_the_clear_captures_frames(name, clear, tmp_path):
     out = decode(name, name, tmp_path)
     (conn,) = out["connection"]
@@ -75,11 +78,11 @@ def test_version_and_suite_are_the_server_hellos(name, tmp_path):
                           "-e", "tls.handshake.ciphersuite"], capture_output=True, text=True, check=True).stdout.split()
     (facts,) = decode(name, name, tmp_path)["facts"]
     assert facts["tls_cipher_suite"] == suite_name(int(out[0], 16))
-    assert facts["tls_version"] == {"tls12": "1.2", "tls12_chacha": "1.2", "tls13": "1.3"}[name]
+    assert facts["tls_version"] == {"tls12": "1.2", "tls12_chacha": "1.2", "tls13": "1.3", "tls13_pyamqp": "1.3"}[name]
     assert facts["tls_status"] == "decrypted"
 
 
-@pytest.mark.parametrize("name,other", [("tls12", "tls13"), ("tls13", "tls12"), ("tls12_chacha", "tls12")])
+@pytest.mark.parametrize("name,other", [("tls12", "tls13"), ("tls13", "tls12"), ("tls12_chacha", "tls12"), ("tls13_pyamqp", "tls13")])
 def test_another_captures_key_log_leaves_it_no_key_and_whole(name, other, tmp_path):
     out = decode(name, other, tmp_path)
     (conn,) = out["connection"]
@@ -88,6 +91,15 @@ def test_another_captures_key_log_leaves_it_no_key_and_whole(name, other, tmp_pa
     assert rows == [("to_client", "tls", 0), ("to_server", "tls", 0)]
     lengths = {e["direction"]: e["length"] for e in out["error"]}
     assert lengths == {"to_server": conn["bytes_to_server"], "to_client": conn["bytes_to_client"]}
+
+
+def test_py_amqp_over_tls_settles_as_its_client_counted(tmp_path):
+    out = decode("tls13_pyamqp", "tls13_pyamqp", tmp_path)
+    client = json.loads((TLS / "tls13_pyamqp.oracle.json").read_text())["client"]
+    methods = collections.Counter((f["direction"], f["method_name"]) for f in out["frame"] if f["class_name"] == "basic")
+    assert methods[("to_server", "publish")] == client["published"] and methods[("to_client", "deliver")] == client["delivered"]
+    assert methods[("to_server", "ack")] == client["acked"] and methods[("to_server", "reject")] == client["rejected"]
+    assert methods[("to_client", "ack")] == client["confirmed"] and out["error"] == []
 
 
 @pytest.mark.parametrize("name", FIXTURES)

@@ -82,3 +82,16 @@ def test_a_capture_without_its_key_runs_through_as_no_key(tls_lake):
     assert sorted((e.direction, e.reason, e.offset, e.length) for e in errors) == [
         ("to_client", "tls", 0, c.bytes_to_client), ("to_server", "tls", 0, c.bytes_to_server)]
     assert store.read("frames").where(F.col("connection_id") == c.connection_id).count() == 0
+
+
+def test_no_key_material_or_plain_response_in_any_table(tls_lake):
+    """Every cell of every table (Spark's read of the lake), in clear or hex."""
+    from amqp_decode.tls import KeyLog
+    from schemas import ALL_TABLES
+
+    store, _ = tls_lake
+    secrets = [s for n in KEYED for session in KeyLog.read([TLS / f"{n}.keylog"]).sessions.values() for s in session.values()]
+    text = repr([store.read(name).collect() for name in ALL_TABLES])
+    for secret in secrets:
+        assert secret.hex() not in text and repr(secret)[2:-1] not in text
+    assert "\\x00guest\\x00guest" not in text and "\\u0000guest\\u0000guest" not in text
