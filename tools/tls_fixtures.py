@@ -138,7 +138,7 @@ def run_tls_fixtures(node) -> dict:
                 tls_traffic_pyamqp(run, node.tls_port, authority, keylog)
             else:
                 tls_traffic(run, params)
-        results[name] = run.oracle() | {"pcap": pcap.name, "capture": cap.stats, "tls_version": version, "client": client,
+        results[name] = run.oracle() | {"pcap": pcap.name, "capture": cap.stats, "tls_version": version, "library": client,
                                         "keylog": keylog.name if version else None,
                                         "seconds": round(time.monotonic() - t0, 2)}
         write_json(TLS_DIR / f"{name}.oracle.json", results[name])

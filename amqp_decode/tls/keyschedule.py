@@ -14,7 +14,6 @@ from cryptography.exceptions import InvalidTag
 
 from amqp_decode.tls.suites import TAG_LEN, Suite
 
-_SEQ = struct.Struct(">Q")
 _AAD12 = struct.Struct(">QBHH")  # seq_num, type, version, length (RFC 5246 6.2.3.3)
 
 
@@ -63,14 +62,15 @@ class Decryptor:
     whose tag does not verify returns None and does not advance it.
     """
 
-    __slots__ = ("suite", "aead", "iv", "seq", "tls13")
+    __slots__ = ("suite", "aead", "iv", "iv_int", "seq", "tls13")
 
     def __init__(self, suite: Suite, key: bytes, iv: bytes, tls13: bool) -> None:
         self.suite, self.aead, self.iv, self.seq, self.tls13 = suite, suite.aead(key), iv, 0, tls13
+        self.iv_int = int.from_bytes(iv, "big")
 
     def _xor_nonce(self) -> bytes:
-        padded = bytes(len(self.iv) - 8) + _SEQ.pack(self.seq)
-        return bytes(a ^ b for a, b in zip(self.iv, padded))
+        """RFC 8446 5.3 / RFC 7905 2: the 64-bit sequence number, left-padded, XORed with the IV."""
+        return (self.iv_int ^ self.seq).to_bytes(12, "big")
 
     def open(self, content_type: int, version: int, fragment: bytes) -> bytes | None:
         explicit = self.suite.explicit_nonce_len
@@ -83,7 +83,7 @@ class Decryptor:
             nonce = self.iv + fragment[:explicit] if explicit else self._xor_nonce()
             aad = _AAD12.pack(self.seq, content_type, version, len(data) - TAG_LEN)
         try:
-            plain = self.aead.decrypt(nonce, bytes(data), aad)
+            plain = self.aead.decrypt(nonce, data, aad)
         except (InvalidTag, ValueError):
             return None
         self.seq += 1
