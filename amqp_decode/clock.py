@@ -25,23 +25,38 @@ def in_range(us) -> bool:
     return isinstance(us, int) and not isinstance(us, bool) and MIN_TS_US <= us < MAX_TS_US
 
 
+class TimeOutOfRange(ValueError):
+    """A clock time (a log line's, a record's) outside 1990..2100; its row's reason is ``ts_out_of_range``."""
+
+    reason = TS_OUT_OF_RANGE
+
+
+def checked(us: int, what: str = "time") -> int:
+    """``us`` when it is a time in range, else ``TimeOutOfRange`` (for parsers that turn a ValueError into a row)."""
+    if not in_range(us):
+        raise TimeOutOfRange(out_of_range_detail(us, what))
+    return us
+
+
 def utc_datetime(us) -> dt.datetime | None:
-    """The UTC time of ``us`` microseconds, or None when it is not a time in range (never a float round trip)."""
-    return EPOCH + dt.timedelta(microseconds=us) if in_range(us) else None
+    """The UTC time of ``us`` microseconds (any int a datetime can hold: a log's line numbers stand in for times
+    1970-01-01 + n us), else None; exact, never a float round trip, never an exception."""
+    try:
+        return EPOCH + dt.timedelta(microseconds=us)
+    except (OverflowError, TypeError, ValueError):
+        return None
 
 
 def utc_date(us, default: dt.date = EPOCH_DAY) -> dt.date:
-    """The UTC day of ``us`` microseconds, ``default`` when it is not a time in range."""
+    """The UTC day of ``us`` microseconds, ``default`` when it is None or no day a datetime can hold."""
     t = utc_datetime(us)
     return default if t is None else t.date()
 
 
 def describe(us) -> str:
     """``us`` for an error's detail: the raw number, and the time it names when a datetime can show it."""
-    try:
-        return f"{us} us ({(EPOCH + dt.timedelta(microseconds=us)).isoformat()})"
-    except (OverflowError, TypeError, ValueError):
-        return f"{us!r} us (beyond what a calendar shows)"
+    t = utc_datetime(us)
+    return f"{us!r} us ({'beyond what a calendar shows' if t is None else t.isoformat()})"
 
 
 def out_of_range_detail(us, what: str = "time") -> str:

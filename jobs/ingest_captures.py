@@ -21,7 +21,7 @@ import logging
 import sys
 import uuid
 
-from amqp_decode import __version__
+from amqp_decode import __version__, clock
 from amqp_decode import pipeline
 from amqp_decode.capture import plan_splits, sniff_format
 from amqp_decode.codecs import DecodeOptions
@@ -35,7 +35,6 @@ from schemas.tables import PROTOCOL_COLUMNS, PROTOCOL_FACT_KEYS
 
 log = logging.getLogger(__name__)
 JOB = "ingest_captures"
-EPOCH_DAY = dt.date(1970, 1, 1)
 
 
 @dataclasses.dataclass
@@ -235,9 +234,7 @@ def _merge_stats(rows) -> dict[str, pipeline.SplitStats]:
 
 
 def _capture_date(stats) -> dt.date:
-    if stats is None or stats.first_ts_us is None:
-        return EPOCH_DAY
-    return dt.datetime.fromtimestamp(stats.first_ts_us / 1e6, dt.timezone.utc).date()
+    return clock.utc_date(None if stats is None else stats.first_ts_us)
 
 
 def _connections_df(flows, date_df):
@@ -281,9 +278,7 @@ def _counts(flows) -> dict[str, dict]:
 
 
 def _capture_row(f: CaptureFile, stats, date: dt.date, counts: dict, splits: int, run_id: str, fp: str) -> dict:
-    def ts(us):
-        return None if us is None else dt.datetime.fromtimestamp(us / 1e6, dt.timezone.utc)
-
+    ts = clock.utc_datetime
     fmt = stats.format if stats and stats.format else (sniff_format(f.path) or "unknown")
     records = stats.records if stats else 0
     n_errors = counts.get("capture_errors") or 0

@@ -36,14 +36,14 @@ import uuid
 
 import pyarrow as pa
 
-from amqp_decode import __version__
+from amqp_decode import __version__, clock
 from amqp_decode.logs import FORMATS, SNIFF_BYTES, sniff
 from amqp_decode.logs.batches import SPLITS_SCHEMA, Options, read_log_splits
 from amqp_decode.logs.lines import count_newlines, plan_splits
 from amqp_decode.logs.records import EVENT_KEYS
 from amqp_decode.logs.tracing import DELIVERY_KEYS
 from jobs.config import Config
-from jobs.ingest_captures import EPOCH_DAY, conform, facts_struct, frame_struct
+from jobs.ingest_captures import conform, facts_struct, frame_struct
 from jobs.inputs import InputError, check_roots, sha256_file
 from jobs.lake import TableStore
 from schemas import CAPTURES, CONNECTIONS, DECODE_ERRORS, DELIVERIES, FRAMES
@@ -223,7 +223,7 @@ def _summaries(out) -> dict[str, dict]:
 
 
 def _day(us) -> dt.date:
-    return EPOCH_DAY if us is None else dt.datetime.fromtimestamp(us / 1e6, dt.timezone.utc).date()
+    return clock.utc_date(us)
 
 
 # ---------------------------------------------------------------- the tables
@@ -386,9 +386,7 @@ def _traced_connections_df(trace):
 
 
 def _capture_row(f: LogFile, summary: dict, date: dt.date, splits: int, connections: int, run_id: str, fp: str) -> dict:
-    def ts(us):
-        return None if us is None else dt.datetime.fromtimestamp(us / 1e6, dt.timezone.utc)
-
+    ts = clock.utc_datetime
     errors, records = summary.get("errors") or 0, summary.get("records") or 0
     status, error = ("partial", summary.get("first_error")) if errors else ("ok", None)
     if f.size == 0:
