@@ -25,6 +25,7 @@ from amqp_decode import __version__, clock
 from amqp_decode import pipeline
 from amqp_decode.capture import plan_splits, sniff_format
 from amqp_decode.codecs import DecodeOptions
+from jobs import isolation
 from jobs.config import Config
 from jobs.inputs import CaptureFile, capture_files
 from jobs.lake import TableStore
@@ -35,6 +36,7 @@ from schemas.tables import PROTOCOL_COLUMNS, PROTOCOL_FACT_KEYS
 
 log = logging.getLogger(__name__)
 JOB = "ingest_captures"
+EPOCH_DAY = clock.EPOCH_DAY
 
 
 @dataclasses.dataclass
@@ -42,6 +44,7 @@ class IngestResult:
     run_id: str
     captures: list[dict]  # the captures rows written (or found done)
     skipped: list[str]  # capture ids already ingested with this decoder version/config
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)  # capture id -> error, of captures that raised
 
 
 # Columns of frames that the job adds itself (the codec rows carry ts_us instead of ts).
@@ -165,22 +168,41 @@ def decode_and_stage_frames(batches, options: pipeline.Options, staged: StagedTa
 
 
 def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> IngestResult:
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
-
+    """Ingest the capture files of ``inputs`` not done yet (or failed before); a capture that raises fails alone."""
     run_id = run_id or uuid.uuid4().hex[:12]
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
     options = options_from(conf)
     fp = fingerprint(options)
     files = capture_files(inputs, conf["inputs.roots"])
-    todo = [f for f in files if not store.committed("captures", app_id(f.capture_id, fp))]
+    retry = isolation.failed_ids(store, [f.capture_id for f in files])
+    committed = {f.capture_id for f in files if store.committed("captures", app_id(f.capture_id, fp))}
+    todo = [f for f in files if f.capture_id not in committed or f.capture_id in retry]
     skipped = [f.capture_id for f in files if f not in todo]
     for cid in skipped:
         log.info("capture %s already ingested with %s; skipped", cid[:12], fp)
     if not todo:
         return IngestResult(run_id, [], skipped)
+    apps = {f.capture_id: app_id(f.capture_id, fp) for f in todo}
+    units = {cid: isolation.retry_unit(a, run_id) if cid in committed else a for cid, a in apps.items()}
+    by_id = {f.capture_id: f for f in todo}
 
+    def ingest(ids):
+        return _ingest(spark, conf, store, [by_id[cid] for cid in ids], units, options, run_id, fp)
+
+    done = isolation.isolated(JOB, list(by_id), ingest, lambda cid: ingest([cid]))
+    isolation.mark_failed(spark, store, done.failed, apps, run_id,
+                          rows={cid: _capture_row(by_id[cid], None, EPOCH_DAY, {}, 0, run_id, fp) for cid in done.failed})
+    return IngestResult(run_id, done.results, skipped, done.failed)
+
+
+def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], units: dict[str, str], options, run_id: str,
+            fp: str) -> list[dict]:
+    """The captures ``todo`` through every stage of the job, written under ``units``; returns their captures rows."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    units = {f.capture_id: units[f.capture_id] for f in todo}
     split_rows = _split_rows(todo, conf["capture.split_size"], conf["capture.min_split_size"],
                              spark.sparkContext.defaultParallelism)
     splits = spark.sparkContext.parallelize(split_rows, max(1, len(split_rows))).toDF(
@@ -204,7 +226,6 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
         per_capture = _merge_stats(stats_rows)
         dates = {f.capture_id: _capture_date(per_capture.get(f.capture_id)) for f in todo}
         date_df = spark.createDataFrame(list(dates.items()), "capture_id string, capture_date date")
-        units = {f.capture_id: app_id(f.capture_id, fp) for f in todo}
 
         connections = _connections_df(flows, date_df)
         store.write("connections", connections, units=units, run_id=run_id)
@@ -222,7 +243,7 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
     finally:
         flows.unpersist()
         store.discard_staged(staged)
-    return IngestResult(run_id, capture_rows, skipped)
+    return capture_rows
 
 
 def _merge_stats(rows) -> dict[str, pipeline.SplitStats]:
@@ -277,9 +298,16 @@ def _counts(flows) -> dict[str, dict]:
     return {r["capture_id"]: r.asDict() for r in rows}
 
 
+def _sniffed(path: str) -> str | None:
+    try:
+        return sniff_format(path)
+    except OSError:  # gone or unreadable since it was listed: the row says failed, not the job
+        return None
+
+
 def _capture_row(f: CaptureFile, stats, date: dt.date, counts: dict, splits: int, run_id: str, fp: str) -> dict:
     ts = clock.utc_datetime
-    fmt = stats.format if stats and stats.format else (sniff_format(f.path) or "unknown")
+    fmt = stats.format if stats and stats.format else (_sniffed(f.path) or "unknown")
     records = stats.records if stats else 0
     n_errors = counts.get("capture_errors") or 0
     if records == 0 and (n_errors or f.size > 0):
