@@ -169,11 +169,15 @@ def decode_and_stage_frames(batches, options: pipeline.Options, staged: StagedTa
 
 def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> IngestResult:
     """Ingest the capture files of ``inputs`` not done yet (or failed before); a capture that raises fails alone."""
+    return run_files(spark, conf, capture_files(inputs, conf["inputs.roots"]), run_id)
+
+
+def run_files(spark, conf: Config, files: list[CaptureFile], run_id: str | None = None) -> IngestResult:
+    """``run`` on captures already listed."""
     run_id = run_id or uuid.uuid4().hex[:12]
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
     options = options_from(conf)
     fp = fingerprint(options)
-    files = capture_files(inputs, conf["inputs.roots"])
     retry = isolation.failed_ids(store, [f.capture_id for f in files])
     committed = {f.capture_id for f in files if store.committed("captures", app_id(f.capture_id, fp))}
     todo = [f for f in files if f.capture_id not in committed or f.capture_id in retry]
