@@ -160,6 +160,22 @@ def _validate(spark, conf, ids, run_id) -> None:
         print(f"  warning: {w['table']}: {validate.Outcome(**w).line()}")
 
 
+def _stage_command(spark, conf, stage: str, capture_ids, run_id) -> None:
+    """``amqplens lifecycle|metrics``: the stage on the given captures (default every capture in the lake that did not
+    fail), each capture failing alone; raises CapturesFailed (exit 3) when some did."""
+    import importlib
+
+    from jobs.lake import TableStore
+
+    if capture_ids is None:
+        store = TableStore(spark, conf["lake.root"])
+        capture_ids = [r.capture_id for r in store.read("captures").select("capture_id").collect()]
+    ids = _without_failed(spark, conf, capture_ids)
+    done, _ = _isolated_stage(spark, conf, stage, importlib.import_module(f"jobs.{stage}").run, ids, run_id)
+    print(f"{stage}: {len(done)} capture(s) written")
+    _raise_if_captures_failed(spark, conf, ids)
+
+
 def print_summary(spark, conf, out=sys.stdout) -> None:
     from pyspark.sql import functions as F
 
@@ -239,16 +255,8 @@ def dispatch(args) -> int:
         if args.command in ("ingest-captures", "ingest-logs", "run"):
             _run_stages(spark, conf, getattr(args, "input", []), args.run_id, only_ingest=args.command != "run",
                         logs=getattr(args, "logs", []))
-        elif args.command == "lifecycle":
-            from jobs import lifecycle
-
-            done = lifecycle.run(spark, conf, args.capture_id, run_id=args.run_id)
-            print(f"lifecycle: {len(done)} capture(s) written")
-        elif args.command == "metrics":
-            from jobs import metrics
-
-            done = metrics.run(spark, conf, args.capture_id, run_id=args.run_id)
-            print(f"metrics: {len(done)} capture(s) written")
+        elif args.command in ("lifecycle", "metrics"):
+            _stage_command(spark, conf, args.command, args.capture_id, args.run_id)
         elif args.command == "validate":
             _validate(spark, conf, args.capture_id, args.run_id)
         elif args.command == "report":

@@ -178,17 +178,13 @@ def run_files(spark, conf: Config, files: list[CaptureFile], run_id: str | None 
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
     options = options_from(conf)
     fp = fingerprint(options)
-    retry = isolation.failed_ids(store, [f.capture_id for f in files])
-    committed = {f.capture_id for f in files if store.committed("captures", app_id(f.capture_id, fp))}
-    todo = [f for f in files if f.capture_id not in committed or f.capture_id in retry]
-    skipped = [f.capture_id for f in files if f not in todo]
+    apps = {f.capture_id: app_id(f.capture_id, fp) for f in files}
+    units, skipped = isolation.plan(store, apps, run_id)
     for cid in skipped:
         log.info("capture %s already ingested with %s; skipped", cid[:12], fp)
-    if not todo:
+    if not units:
         return IngestResult(run_id, [], skipped)
-    apps = {f.capture_id: app_id(f.capture_id, fp) for f in todo}
-    units = {cid: isolation.retry_unit(a, run_id) if cid in committed else a for cid, a in apps.items()}
-    by_id = {f.capture_id: f for f in todo}
+    by_id = {f.capture_id: f for f in files if f.capture_id in units}
 
     def ingest(ids):
         return _ingest(spark, conf, store, [by_id[cid] for cid in ids], units, options, run_id, fp)

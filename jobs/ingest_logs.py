@@ -151,15 +151,11 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> Lo
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
     files = log_files(inputs, conf["inputs.roots"])
     fp = fingerprint(conf, _captures_hash(store))
-    retry = isolation.failed_ids(store, [f.log_id for f in files])
-    committed = {f.log_id for f in files if store.committed("captures", app_id(f.log_id, fp))}
-    todo = [f for f in files if f.log_id not in committed or f.log_id in retry]
-    skipped = [f.log_id for f in files if f not in todo]
-    if not todo:
+    apps = {f.log_id: app_id(f.log_id, fp) for f in files}
+    units, skipped = isolation.plan(store, apps, run_id)
+    if not units:
         return LogIngestResult(run_id, [], skipped)
-    apps = {f.log_id: app_id(f.log_id, fp) for f in todo}
-    units = {lid: isolation.retry_unit(a, run_id) if lid in committed else a for lid, a in apps.items()}
-    by_id = {f.log_id: f for f in todo}
+    by_id = {f.log_id: f for f in files if f.log_id in units}
 
     def ingest(ids):
         return _ingest(spark, conf, store, [by_id[lid] for lid in ids], units, run_id, fp)

@@ -77,6 +77,16 @@ def retry_unit(app_id: str, run_id: str) -> str:
     return f"{app_id}#retry-{run_id}"
 
 
+def plan(store, apps: dict[str, str], run_id: str) -> tuple[dict[str, str], list[str]]:
+    """Of a job's inputs (capture id -> the job's app id): the units to write now (not committed yet, or failed
+    before: those under ``retry_unit``), and the ids already done."""
+    retry = failed_ids(store, list(apps))
+    committed = {cid for cid, a in apps.items() if store.committed("captures", a)}
+    units = {cid: retry_unit(a, run_id) if cid in committed else a for cid, a in apps.items()
+             if cid not in committed or cid in retry}
+    return units, [cid for cid in apps if cid not in units]
+
+
 def failed_ids(store, capture_ids: list[str]) -> set[str]:
     """The captures of ``capture_ids`` whose captures row says failed (a rerun retries them)."""
     from pyspark.sql import functions as F

@@ -182,6 +182,7 @@ def test_a_1_0_sender_beyond_its_credit_and_a_time_past_9999_exit_0(credit_run):
     flagged = [r for r in link if r.reason == "credit_exceeded"]
     assert flagged and all(r.link_credit < 0 for r in flagged) and all(r.reason == "credit_exceeded" for r in link if r.link_credit < 0)
     counted = (store.read("metrics_errors").where((F.col("capture_id") == cid) & (F.col("entity_kind") == "capture")
+                                                  & (F.col("bucket_seconds") == 0)
                                                   & (F.col("kind") == "peer_anomaly") & (F.col("condition") == "credit_exceeded"))
                .agg(F.sum("count")).first()[0])
     assert counted == len(flagged)
