@@ -1,5 +1,9 @@
 """The ``amqplens`` command: one subcommand per job, plus ``run`` and ``demo``.
 
+Exit status: 0 all good; 2 usage (arguments, config, inputs); 3 completed, but some captures failed
+(each marked ``failed`` in ``captures`` with its error; a rerun retries only them); 4 an invariant
+broke (a critical expectation failed); 1 anything else (no Java, an internal error).
+
 Every job module also has ``main()`` so ``spark-submit jobs/<job>.py`` takes
 the same arguments and the same layered config.
 """
@@ -74,26 +78,76 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
         result = ingest_captures.run(spark, conf, inputs, run_id=run_id)
         print(f"ingest-captures: {len(result.captures)} capture(s) written, {len(result.skipped)} already done "
               f"({time.monotonic() - t0:.1f}s)")
-        ids += [c["capture_id"] for c in result.captures] + result.skipped
+        ids += [c["capture_id"] for c in result.captures] + result.skipped + list(result.failed)
     if logs:  # after the captures (its events join their connections), before lifecycle (trace frames feed it)
         t0 = time.monotonic()
         done = ingest_logs.run(spark, conf, logs, run_id=run_id)
         print(f"ingest-logs: {len(done.logs)} log(s) written, {len(done.skipped)} already done ({time.monotonic() - t0:.1f}s)")
-        ids += [r["capture_id"] for r in done.logs] + done.skipped
+        ids += [r["capture_id"] for r in done.logs] + done.skipped + list(done.failed)
+    all_ids = list(ids)
     if only_ingest:
+        _raise_if_captures_failed(spark, conf, ids)
         return None
+    ids = _without_failed(spark, conf, ids)
     t0 = time.monotonic()
-    done = lifecycle.run(spark, conf, ids, run_id=run_id)
+    done, ids = _isolated_stage(spark, conf, "lifecycle", lifecycle.run, ids, run_id)
     print(f"lifecycle: {len(done)} capture(s) written ({time.monotonic() - t0:.1f}s)")
     t0 = time.monotonic()
-    done = metrics.run(spark, conf, ids, run_id=run_id)
+    done, ids = _isolated_stage(spark, conf, "metrics", metrics.run, ids, run_id)
     print(f"metrics: {len(done)} capture(s) written ({time.monotonic() - t0:.1f}s)")
     if conf["validate.enabled"]:
         _validate(spark, conf, ids, run_id)
     t0 = time.monotonic()
     page = report.run(spark, conf)
     print(f"report: {page} ({time.monotonic() - t0:.1f}s)")
+    _raise_if_captures_failed(spark, conf, all_ids)
     return page
+
+
+class CapturesFailed(Exception):
+    """The run completed, and these captures failed (exit 3): capture id -> (path, error)."""
+
+    def __init__(self, failed: dict[str, tuple[str, str]]):
+        self.failed = failed
+        lines = [f"  {cid[:12]}  {path}: {error}" for cid, (path, error) in sorted(failed.items(), key=lambda kv: kv[1])]
+        super().__init__(f"completed, {len(failed)} capture(s) failed:\n" + "\n".join(lines))
+
+
+def _failed_rows(spark, conf, ids) -> dict[str, tuple[str, str]]:
+    from pyspark.sql import functions as F
+
+    from jobs.lake import TableStore
+
+    store = TableStore(spark, conf["lake.root"])
+    if not ids or store.delta("captures") is None:
+        return {}
+    rows = store.read("captures").where(F.col("capture_id").isin(list(ids)) & (F.col("status") == "failed")).collect()
+    return {r.capture_id: (r.path, r.error or "failed") for r in rows}
+
+
+def _without_failed(spark, conf, ids) -> list[str]:
+    """The captures the later stages run on: not those whose ingest failed (they have no tables to read)."""
+    failed = _failed_rows(spark, conf, ids)
+    return [cid for cid in ids if cid not in failed]
+
+
+def _raise_if_captures_failed(spark, conf, ids) -> None:
+    failed = _failed_rows(spark, conf, ids)
+    if failed:
+        raise CapturesFailed(failed)
+
+
+def _isolated_stage(spark, conf, stage: str, run, ids, run_id):
+    """``run(spark, conf, ids, run_id=...)`` where a capture that makes it raise fails alone: it is marked failed in
+    captures and left out of the stages after. Returns (the captures written, the captures that go on)."""
+    from jobs import isolation
+    from jobs.lake import TableStore
+
+    done = isolation.isolated(stage, list(ids), lambda xs: run(spark, conf, xs, run_id=run_id),
+                              lambda cid: run(spark, conf, [cid], run_id=run_id))
+    store = TableStore(spark, conf["lake.root"])
+    isolation.mark_failed(spark, store, done.failed, {cid: f"amqplens/{stage}/{cid}" for cid in done.failed}, run_id or stage)
+    return done.results, [cid for cid in ids if cid not in done.failed]
 
 
 def _validate(spark, conf, ids, run_id) -> None:
@@ -106,6 +160,22 @@ def _validate(spark, conf, ids, run_id) -> None:
           f"{len(summary['warnings'])} warning(s) ({time.monotonic() - t0:.1f}s); data docs: {summary['data_docs']}")
     for w in summary["warnings"]:
         print(f"  warning: {w['table']}: {validate.Outcome(**w).line()}")
+
+
+def _stage_command(spark, conf, stage: str, capture_ids, run_id) -> None:
+    """``amqplens lifecycle|metrics``: the stage on the given captures (default every capture in the lake that did not
+    fail), each capture failing alone; raises CapturesFailed (exit 3) when some did."""
+    import importlib
+
+    from jobs.lake import TableStore
+
+    if capture_ids is None:
+        store = TableStore(spark, conf["lake.root"])
+        capture_ids = [r.capture_id for r in store.read("captures").select("capture_id").collect()]
+    ids = _without_failed(spark, conf, capture_ids)
+    done, _ = _isolated_stage(spark, conf, stage, importlib.import_module(f"jobs.{stage}").run, ids, run_id)
+    print(f"{stage}: {len(done)} capture(s) written")
+    _raise_if_captures_failed(spark, conf, ids)
 
 
 def print_summary(spark, conf, out=sys.stdout) -> None:
@@ -182,21 +252,13 @@ def dispatch(args) -> int:
         spark = get_spark(conf)
     except JavaMissing as exc:
         print(f"amqplens: {exc}", file=sys.stderr)
-        return 3
+        return 1
     try:
         if args.command in ("ingest-captures", "ingest-logs", "run"):
             _run_stages(spark, conf, getattr(args, "input", []), args.run_id, only_ingest=args.command != "run",
                         logs=getattr(args, "logs", []))
-        elif args.command == "lifecycle":
-            from jobs import lifecycle
-
-            done = lifecycle.run(spark, conf, args.capture_id, run_id=args.run_id)
-            print(f"lifecycle: {len(done)} capture(s) written")
-        elif args.command == "metrics":
-            from jobs import metrics
-
-            done = metrics.run(spark, conf, args.capture_id, run_id=args.run_id)
-            print(f"metrics: {len(done)} capture(s) written")
+        elif args.command in ("lifecycle", "metrics"):
+            _stage_command(spark, conf, args.command, args.capture_id, args.run_id)
         elif args.command == "validate":
             _validate(spark, conf, args.capture_id, args.run_id)
         elif args.command == "report":
@@ -222,6 +284,9 @@ def dispatch(args) -> int:
     except ValidationFailed as exc:
         print(f"amqplens: {exc}", file=sys.stderr)
         return 4
+    except CapturesFailed as exc:
+        print(f"amqplens: {exc}", file=sys.stderr)
+        return 3
     except InputError as exc:
         print(f"amqplens: {exc}", file=sys.stderr)
         return 2

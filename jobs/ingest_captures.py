@@ -21,11 +21,12 @@ import logging
 import sys
 import uuid
 
-from amqp_decode import __version__
+from amqp_decode import __version__, clock
 from amqp_decode import pipeline
 from amqp_decode.capture import plan_splits, sniff_format
 from amqp_decode.codecs import DecodeOptions
 from amqp_decode.tls import KeyLog
+from jobs import isolation
 from jobs.config import Config
 from jobs.inputs import CaptureFile, InputError, capture_files
 from jobs.lake import TableStore
@@ -36,7 +37,7 @@ from schemas.tables import PROTOCOL_COLUMNS, PROTOCOL_FACT_KEYS
 
 log = logging.getLogger(__name__)
 JOB = "ingest_captures"
-EPOCH_DAY = dt.date(1970, 1, 1)
+EPOCH_DAY = clock.EPOCH_DAY
 
 
 @dataclasses.dataclass
@@ -44,6 +45,7 @@ class IngestResult:
     run_id: str
     captures: list[dict]  # the captures rows written (or found done)
     skipped: list[str]  # capture ids already ingested with this decoder version/config
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)  # capture id -> error, of captures that raised
 
 
 # Columns of frames that the job adds itself (the codec rows carry ts_us instead of ts).
@@ -185,10 +187,12 @@ def decode_and_stage_frames(batches, options: pipeline.Options, staged: StagedTa
 
 
 def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> IngestResult:
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
+    """Ingest the capture files of ``inputs`` not done yet (or failed before); a capture that raises fails alone."""
+    return run_files(spark, conf, capture_files(inputs, conf["inputs.roots"]), run_id)
 
+
+def run_files(spark, conf: Config, files: list[CaptureFile], run_id: str | None = None) -> IngestResult:
+    """``run`` on captures already listed."""
     run_id = run_id or uuid.uuid4().hex[:12]
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
     options = options_from(conf)
@@ -197,14 +201,31 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
     if keys:  # read once here; the tasks get the secrets through a broadcast, nothing else carries them
         options = dataclasses.replace(options, decode_options=dataclasses.replace(
             options.decode_options, tls_keys=spark.sparkContext.broadcast(keys)))
-    files = capture_files(inputs, conf["inputs.roots"])
-    todo = [f for f in files if not store.committed("captures", app_id(f.capture_id, fp))]
-    skipped = [f.capture_id for f in files if f not in todo]
+    apps = {f.capture_id: app_id(f.capture_id, fp) for f in files}
+    units, skipped = isolation.plan(store, apps, run_id)
     for cid in skipped:
         log.info("capture %s already ingested with %s; skipped", cid[:12], fp)
-    if not todo:
+    if not units:
         return IngestResult(run_id, [], skipped)
+    by_id = {f.capture_id: f for f in files if f.capture_id in units}
 
+    def ingest(ids):
+        return _ingest(spark, conf, store, [by_id[cid] for cid in ids], units, options, run_id, fp)
+
+    done = isolation.isolated(JOB, list(by_id), ingest, lambda cid: ingest([cid]))
+    isolation.mark_failed(spark, store, done.failed, apps, run_id,
+                          rows={cid: _capture_row(by_id[cid], None, EPOCH_DAY, {}, 0, run_id, fp) for cid in done.failed})
+    return IngestResult(run_id, done.results, skipped, done.failed)
+
+
+def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], units: dict[str, str], options, run_id: str,
+            fp: str) -> list[dict]:
+    """The captures ``todo`` through every stage of the job, written under ``units``; returns their captures rows."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    units = {f.capture_id: units[f.capture_id] for f in todo}
     split_rows = _split_rows(todo, conf["capture.split_size"], conf["capture.min_split_size"],
                              spark.sparkContext.defaultParallelism)
     splits = spark.sparkContext.parallelize(split_rows, max(1, len(split_rows))).toDF(
@@ -228,7 +249,6 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
         per_capture = _merge_stats(stats_rows)
         dates = {f.capture_id: _capture_date(per_capture.get(f.capture_id)) for f in todo}
         date_df = spark.createDataFrame(list(dates.items()), "capture_id string, capture_date date")
-        units = {f.capture_id: app_id(f.capture_id, fp) for f in todo}
 
         connections = _connections_df(flows, date_df)
         store.write("connections", connections, units=units, run_id=run_id)
@@ -246,7 +266,7 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
     finally:
         flows.unpersist()
         store.discard_staged(staged)
-    return IngestResult(run_id, capture_rows, skipped)
+    return capture_rows
 
 
 def _merge_stats(rows) -> dict[str, pipeline.SplitStats]:
@@ -258,9 +278,7 @@ def _merge_stats(rows) -> dict[str, pipeline.SplitStats]:
 
 
 def _capture_date(stats) -> dt.date:
-    if stats is None or stats.first_ts_us is None:
-        return EPOCH_DAY
-    return dt.datetime.fromtimestamp(stats.first_ts_us / 1e6, dt.timezone.utc).date()
+    return clock.utc_date(None if stats is None else stats.first_ts_us)
 
 
 def _connections_df(flows, date_df):
@@ -303,11 +321,16 @@ def _counts(flows) -> dict[str, dict]:
     return {r["capture_id"]: r.asDict() for r in rows}
 
 
-def _capture_row(f: CaptureFile, stats, date: dt.date, counts: dict, splits: int, run_id: str, fp: str) -> dict:
-    def ts(us):
-        return None if us is None else dt.datetime.fromtimestamp(us / 1e6, dt.timezone.utc)
+def _sniffed(path: str) -> str | None:
+    try:
+        return sniff_format(path)
+    except OSError:  # gone or unreadable since it was listed: the row says failed, not the job
+        return None
 
-    fmt = stats.format if stats and stats.format else (sniff_format(f.path) or "unknown")
+
+def _capture_row(f: CaptureFile, stats, date: dt.date, counts: dict, splits: int, run_id: str, fp: str) -> dict:
+    ts = clock.utc_datetime
+    fmt = stats.format if stats and stats.format else (_sniffed(f.path) or "unknown")
     records = stats.records if stats else 0
     n_errors = counts.get("capture_errors") or 0
     if records == 0 and (n_errors or f.size > 0):

@@ -36,14 +36,15 @@ import uuid
 
 import pyarrow as pa
 
-from amqp_decode import __version__
+from amqp_decode import __version__, clock
 from amqp_decode.logs import FORMATS, SNIFF_BYTES, sniff
 from amqp_decode.logs.batches import SPLITS_SCHEMA, Options, read_log_splits
 from amqp_decode.logs.lines import count_newlines, plan_splits
 from amqp_decode.logs.records import EVENT_KEYS
 from amqp_decode.logs.tracing import DELIVERY_KEYS
+from jobs import isolation
 from jobs.config import Config
-from jobs.ingest_captures import EPOCH_DAY, conform, facts_struct, frame_struct
+from jobs.ingest_captures import conform, facts_struct, frame_struct
 from jobs.inputs import InputError, check_roots, sha256_file
 from jobs.lake import TableStore
 from schemas import CAPTURES, CONNECTIONS, DECODE_ERRORS, DELIVERIES, FRAMES
@@ -73,6 +74,7 @@ class LogIngestResult:
     run_id: str
     logs: list[dict]  # the captures rows written for the logs
     skipped: list[str]
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)  # log id -> error, of logs that raised
 
 
 # --------------------------------------------------------------------- inputs
@@ -144,17 +146,30 @@ def _captures_hash(store: TableStore) -> str:
 
 # ------------------------------------------------------------------------ run
 def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> LogIngestResult:
-    from pyspark import StorageLevel
-    from pyspark.sql.pandas.types import from_arrow_schema
-
+    """Ingest the logs of ``inputs`` not done yet (or failed before); a log that makes the job raise fails alone."""
     run_id = run_id or uuid.uuid4().hex[:12]
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
     files = log_files(inputs, conf["inputs.roots"])
     fp = fingerprint(conf, _captures_hash(store))
-    todo = [f for f in files if not store.committed("captures", app_id(f.log_id, fp))]
-    skipped = [f.log_id for f in files if f not in todo]
-    if not todo:
+    apps = {f.log_id: app_id(f.log_id, fp) for f in files}
+    units, skipped = isolation.plan(store, apps, run_id)
+    if not units:
         return LogIngestResult(run_id, [], skipped)
+    by_id = {f.log_id: f for f in files if f.log_id in units}
+
+    def ingest(ids):
+        return _ingest(spark, conf, store, [by_id[lid] for lid in ids], units, run_id, fp)
+
+    done = isolation.isolated(JOB, list(by_id), ingest, lambda lid: ingest([lid]))
+    isolation.mark_failed(spark, store, done.failed, apps, run_id,
+                          rows={lid: _capture_row(by_id[lid], {}, clock.EPOCH_DAY, 0, 0, run_id, fp) for lid in done.failed})
+    return LogIngestResult(run_id, done.results, skipped, done.failed)
+
+
+def _ingest(spark, conf: Config, store: TableStore, todo: list[LogFile], units: dict[str, str], run_id: str, fp: str) -> list[dict]:
+    """The logs ``todo`` into every table, written under ``units``; returns their captures rows."""
+    from pyspark import StorageLevel
+    from pyspark.sql.pandas.types import from_arrow_schema
 
     split_rows = _split_rows(spark, todo, conf["logs.split_size"])
     options = Options(structs(), conf["capture.batch_rows"])
@@ -165,7 +180,7 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> Lo
         summary = _summaries(out)
         dates = {f.log_id: _day(summary.get(f.log_id, {}).get("first_us")) for f in todo}
         logs = spark.createDataFrame([(f.log_id, dates[f.log_id], f.path) for f in todo], "log_id string, log_date date, log_path string")
-        units = {f.log_id: app_id(f.log_id, fp) for f in todo}
+        units = {f.log_id: units[f.log_id] for f in todo}
         captured = _captured_connections(store)
         tolerance_us = conf["logs.join_tolerance_s"] * 1_000_000
         events = _events_df(out, logs, captured, tolerance_us).persist(StorageLevel.DISK_ONLY)
@@ -188,7 +203,7 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> Lo
         store.write("captures", spark.createDataFrame(rows, CAPTURES.spark_schema()), units=units, run_id=run_id)
     finally:
         out.unpersist()
-    return LogIngestResult(run_id, rows, skipped)
+    return rows
 
 
 def _split_rows(spark, files: list[LogFile], split_size: int) -> list[tuple]:
@@ -223,7 +238,7 @@ def _summaries(out) -> dict[str, dict]:
 
 
 def _day(us) -> dt.date:
-    return EPOCH_DAY if us is None else dt.datetime.fromtimestamp(us / 1e6, dt.timezone.utc).date()
+    return clock.utc_date(us)
 
 
 # ---------------------------------------------------------------- the tables
@@ -386,9 +401,7 @@ def _traced_connections_df(trace):
 
 
 def _capture_row(f: LogFile, summary: dict, date: dt.date, splits: int, connections: int, run_id: str, fp: str) -> dict:
-    def ts(us):
-        return None if us is None else dt.datetime.fromtimestamp(us / 1e6, dt.timezone.utc)
-
+    ts = clock.utc_datetime
     errors, records = summary.get("errors") or 0, summary.get("records") or 0
     status, error = ("partial", summary.get("first_error")) if errors else ("ok", None)
     if f.size == 0:

@@ -175,7 +175,26 @@ def settlement(deliveries, caps, bucket_s: int):
 
 
 # -------------------------------------------------------------------- errors
-def errors(frames, decode_errors, caps, bucket_s: int):
+def peer_anomalies(deliveries, flow_events):
+    """What the lifecycle flagged in the peers' traffic (kind peer_anomaly): one row per delivery flag (duplicate_tag,
+    delivery_id_reused, ...) and per flow event whose reason is an anomaly (credit_exceeded, ack_of_unknown_tag, ...).
+    Rows: at most the flags of the deliveries plus the flow events."""
+    from pyspark.sql import functions as F
+
+    from jobs.quality import anomaly
+    from schemas import DELIVERIES, FLOW_EVENTS
+
+    def rows(df, condition):
+        return df.select("capture_id", "ts", "dialect", F.lit("peer_anomaly").alias("kind"), "connection_id", "channel",
+                         F.lit(None).cast("string").alias("raised_by"), F.lit(None).cast("int").alias("code"),
+                         condition.alias("condition"))
+
+    flagged = deliveries.where(anomaly(DELIVERIES).isNotNull()).withColumnRenamed("sent_ts", "ts")
+    flow = flow_events.where(anomaly(FLOW_EVENTS).isNotNull()).withColumn("dialect", F.lit(None).cast("string"))
+    return rows(flagged, F.explode("flags")).unionByName(rows(flow, anomaly(FLOW_EVENTS)))
+
+
+def errors(frames, decode_errors, caps, bucket_s: int, anomalies=None):
     from pyspark.sql import functions as F
 
     conn, ch = F.col("connection_id"), F.col("channel")
@@ -205,8 +224,9 @@ def errors(frames, decode_errors, caps, bucket_s: int):
         F.lit(None).cast("string").alias("dialect"), F.lit("decode_error").alias("kind"), "connection_id",
         F.lit(None).cast("int").alias("channel"), F.lit(None).cast("string").alias("raised_by"),
         F.lit(None).cast("int").alias("code"), F.concat_ws(":", "stage", "reason").alias("condition"))
+    found = closes.unionByName(bad_frames).unionByName(decode)
     rows = with_entities(
-        closes.unionByName(bad_frames).unionByName(decode),
+        found if anomalies is None else found.unionByName(anomalies),
         [("connection", conn, conn, None),
          ("channel", F.when(F.col("kind") == "channel_exception", F.concat_ws("/", conn, ch)), conn, ch)])
     keys = [*Frame.KEYS, "kind", "raised_by", "code", "condition"]
@@ -238,7 +258,8 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
         ("metrics_latency", latency(deliveries, read("request_responses"), connections, frames, caps, bucket_s, exact_max)),
         ("metrics_settlement", settlement(deliveries, caps, bucket_s)),
         ("metrics_flow", flow(read("flow_events"), connections, frames, caps, bucket_s)),
-        ("metrics_errors", errors(frames, read("decode_errors"), caps, bucket_s)),  # last: its transaction marks the capture done
+        ("metrics_errors", errors(frames, read("decode_errors"), caps, bucket_s,  # last: its transaction marks the capture done
+                                  peer_anomalies(deliveries, read("flow_events")))),
     )
     try:
         for name, df in tables:

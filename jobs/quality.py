@@ -39,6 +39,26 @@ def with_negative(t: Table, df):
     return df.withColumn(ex.NEGATIVE, _listed([F.when(F.col(c) < 0, _shown(c)) for c in ex.non_negative_columns(t)]))
 
 
+def anomaly(t: Table):
+    """The anomaly a peer's traffic shows in a row of ``t`` (deliveries: its flags; flow_events: its reason unless
+    ``REASON_NOT_ANOMALY`` says otherwise), as text, else null; None for the other tables."""
+    from pyspark.sql import functions as F
+
+    if t.name == "deliveries":
+        return F.when(F.size(F.coalesce("flags", F.array().cast("array<string>"))) > 0, F.array_join("flags", ","))
+    if t.name == "flow_events":
+        benign = F.lit(False)
+        for event, reasons in ex.REASON_NOT_ANOMALY.items():
+            benign = benign | ((F.col("event") == event) & (F.lit(True) if reasons is None else F.col("reason").isin(*reasons)))
+        return F.when(F.col("reason").isNotNull() & ~benign, F.col("reason"))
+    return None
+
+
+def with_anomaly(t: Table, df):
+    column = anomaly(t)
+    return df if column is None else df.withColumn(ex.ANOMALY, column)
+
+
 def with_window(t: Table, df, captures, slack_s: int):
     """Timestamps outside [first_ts - slack, last_ts + slack] of their capture; a bucket may start up to its length earlier.
 
@@ -159,7 +179,7 @@ def batch(t: Table, tables: RunTables, conf):
         df = with_accounting(df, slices["frames"], slices["decode_errors"])
     elif t.name == "metrics_latency":
         df = with_percentile_order(df)
-    df = with_negative(t, with_required(t, df))
+    df = with_anomaly(t, with_negative(t, with_required(t, df)))
     if ex.window_columns(t):
         df = with_window(t, df, slices["captures"], conf["validate.window_slack_s"])
     for column, target in ex.references(t).items():

@@ -15,7 +15,13 @@ jobs/validate.py as an extra column of the validated batch, named here (``REQUIR
 value or null. It is then a GX expectation like the others: in the results, the data docs
 and the failure samples.
 
-Every expectation is named ``<table>.<check>[.<column>]`` (in its ``meta``); which are
+Every expectation is named ``<table>.<check>[.<column>]`` (in its ``meta``) and is of one of two
+kinds. An *invariant* states what amqplens itself guarantees, whatever the traffic: keys, references
+between tables, schema and enum values, byte accounting, timestamps inside the capture window, ordered
+percentiles and rates. An *observation* judges what a peer did (``OBSERVATIONS``: a sender beyond its
+credit or window, deliveries or settlements the lifecycle flagged, content that does not decode): that
+is data, kept as the value observed with its flag or reason, counted in metrics_errors, and only ever
+a warning, so a legitimate capture of a misbehaving peer never fails a run. Which invariants are
 critical is config (``validate.critical`` / ``validate.warning``, see ``Settings``).
 """
 
@@ -115,17 +121,39 @@ ENUMS: dict[str, dict[str, tuple]] = {
     },
     "metrics_errors": {
         "entity_kind": tuple(ENTITY_KINDS.split(" | ")),
-        "kind": ("channel_exception", "connection_exception", "link_error", "session_error", "connection_error", "decode_error"),
+        "kind": ("channel_exception", "connection_exception", "link_error", "session_error", "connection_error", "decode_error",
+                 "peer_anomaly"),
         "raised_by": ("broker", "client"),
     },
 }
 
-# Numeric columns that may be negative, each with its own (warning by default) check and the reason.
+# Numeric columns that may be negative, each with its own check (an observation) and the reason.
 MAY_BE_NEGATIVE = {
     ("flow_events", "remote_incoming_window"): (
         "the peer's window as the sender computes it goes below 0 when the sender overruns it (windows of 2^31 "
         "and more, e.g. 2^32-1 for unlimited, are plain integers here: they no longer wrap to -2^31)"),
+    ("flow_events", "link_credit"): (
+        "a 1.0 sender that sends transfers beyond the credit it holds drives the credit below 0 (0-10: message "
+        "credit); the row keeps the value and says credit_exceeded in reason"),
 }
+
+# The checks that judge what peers do (fnmatch patterns of check names) and why: warnings, never critical.
+OBSERVATIONS = {
+    "*.non_negative.*": "values of MAY_BE_NEGATIVE columns: below 0 only when a peer overruns its credit or window",
+    "*.anomalies": "what the lifecycle flagged in a peer's traffic: unknown tags and delivery ids, duplicates, "
+                   "transfers beyond credit, replies or continuations without their start",
+    "frames.decode_error_share": "frames a peer sent whose content does not decode",
+    "connections.codec_error_share": "bytes on an AMQP port that do not frame as AMQP (garbage, another protocol)",
+}
+INVARIANT, OBSERVATION = "invariant", "observation"
+# flow_events.reason names an anomaly except on these events (event -> the reasons that are not, None: any): a
+# connection.blocked reason (the broker's text), the 0-10 flow mode of message.set-flow-mode
+REASON_NOT_ANOMALY = {"blocked": None, "unblocked": None, "flow": ("credit", "window")}
+
+
+def kind(name: str) -> str:
+    """``observation`` when the check judges what peers do (``OBSERVATIONS``), else ``invariant``."""
+    return OBSERVATION if any(fnmatch.fnmatchcase(name, p) for p in OBSERVATIONS) else INVARIANT
 
 # Names of the columns jobs/validate.py adds to a batch: the offending value(s) as text, or null.
 REQUIRED_NULL = "_required_null"  # the not-null columns that are null
@@ -133,6 +161,7 @@ NEGATIVE = "_negative"  # column=value of each negative numeric column
 OUTSIDE_WINDOW = "_outside_capture_window"  # column=value of each timestamp outside the capture's window
 CONNECTION_ROWS = "_connection_rows"  # captures: rows the capture has in connections
 CODEC_ERROR_SHARE = "_codec_error_share"  # connections: codec decode_errors bytes / decoded stream bytes
+ANOMALY = "_anomaly"  # deliveries: its flags; flow_events: its reason when that names an anomaly
 PERCENTILES_UNORDERED = "_percentiles_unordered"  # metrics_latency: p50 <= p90 <= p99 <= max broken
 
 
@@ -148,7 +177,8 @@ def missing_column(column: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """What config decides: severities (fnmatch patterns or table names) and the distribution thresholds."""
+    """What config decides: severities of the invariants (fnmatch patterns or table names; observations are
+    always warnings) and the distribution thresholds."""
 
     critical: tuple[str, ...] = ("*",)
     warning: tuple[str, ...] = ()
@@ -164,7 +194,8 @@ class Settings:
         def matches(patterns):
             return any(fnmatch.fnmatchcase(name, p) or name.startswith(p + ".") for p in patterns)
 
-        return "critical" if matches(self.critical) and not matches(self.warning) else "warning"
+        critical = kind(name) == INVARIANT and matches(self.critical) and not matches(self.warning)
+        return "critical" if critical else "warning"
 
 
 # ------------------------------------------------------------- generic rules
@@ -269,7 +300,12 @@ def _extras(t: Table, s: Settings) -> list[Check]:
                       {"column": "reason", "value_set": ["byte_accounting_mismatch"]},
                       "the ingest's own byte accounting check found nothing")]
     if n == "deliveries":
-        return [_pair("deliveries.ts_order", after, "settled_ts", "sent_ts", "settled_ts >= sent_ts", or_equal=True)]
+        return [_pair("deliveries.ts_order", after, "settled_ts", "sent_ts", "settled_ts >= sent_ts", or_equal=True),
+                Check("deliveries.anomalies", gxe.ExpectColumnValuesToBeNull, {"column": ANOMALY},
+                      "no delivery the lifecycle flagged (flags: duplicate_tag, delivery_id_reused, orphan_continuation, ...)")]
+    if n == "flow_events":
+        return [Check("flow_events.anomalies", gxe.ExpectColumnValuesToBeNull, {"column": ANOMALY},
+                      "no flow event with an anomaly in reason (credit_exceeded, ack_of_unknown_tag, ...)")]
     if n == "request_responses":
         return [_pair("request_responses.ts_order", after, "response_ts", "request_ts", "response_ts >= request_ts",
                       or_equal=True)]
@@ -292,7 +328,7 @@ def checks(t: Table, settings: Settings) -> list[Check]:
 def suite(t: Table, settings: Settings, only: set[str] | None = None):
     """The table's ``gx.ExpectationSuite`` (``only``: of these checks, a suite named <table>.failures).
 
-    Each expectation's meta carries its name and severity.
+    Each expectation's meta carries its name, severity and kind (invariant or observation).
     """
     import great_expectations as gx
 
@@ -302,6 +338,6 @@ def suite(t: Table, settings: Settings, only: set[str] | None = None):
             continue
         sev = settings.severity(c.name)
         expectations.append(c.expectation_type(
-            **c.kwargs, description=f"{c.name}: {c.description}", meta={"name": c.name, "severity": sev},
+            **c.kwargs, description=f"{c.name}: {c.description}", meta={"name": c.name, "severity": sev, "kind": kind(c.name)},
             severity=FailureSeverity.CRITICAL if sev == "critical" else FailureSeverity.WARNING))
     return gx.ExpectationSuite(name=t.name if only is None else f"{t.name}.failures", expectations=expectations)

@@ -92,16 +92,17 @@ METRICS_FLOW = Table(
 
 METRICS_ERRORS = Table(
     name="metrics_errors",
-    doc="Errors per time bucket and connection: channel and connection exceptions, 1.0 error conditions, decode errors.",
+    doc="Errors per time bucket and connection: channel and connection exceptions, 1.0 error conditions, decode errors, "
+        "peer anomalies.",
     key=("metric_row_id",),
     columns=(
         *_LEADING,
         C("kind", "string", "channel_exception | connection_exception | link_error | session_error | connection_error | "
-          "decode_error", False),
+          "decode_error | peer_anomaly", False),
         C("raised_by", "string", "broker | client (who sent the close); null for decode errors"),
         C("code", "int32", "0-9-1 reply code (404, 406, 320, ...)"),
-        C("condition", "string", "reply text up to ' - ' (NOT_FOUND, ...), 1.0 error condition (amqp:not-found, ...), or decode "
-          "error stage:reason", False),
+        C("condition", "string", "reply text up to ' - ' (NOT_FOUND, ...), 1.0 error condition (amqp:not-found, ...), decode "
+          "error stage:reason, or the anomaly a peer_anomaly row counts (credit_exceeded, duplicate_tag, ...)", False),
         C("count", "int64", "occurrences", False),
     ),
 )
@@ -164,6 +165,9 @@ METRIC_DEFINITIONS = (
      "CONNECTION_FORCED, ...); raised_by says who sent it."),
     ("metrics_errors", "link_error / session_error / connection_error", "AMQP 1.0 detach / end / close carrying an error "
      "condition (amqp:not-found, amqp:resource-limit-exceeded, ...)."),
+    ("metrics_errors", "peer_anomaly", "What a peer did that its protocol does not allow, kept as observed and counted "
+     "here by anomaly: a delivery's flags (duplicate_tag, delivery_id_reused, orphan_continuation, ...) and a flow "
+     "event's reason (credit_exceeded, ack_of_unknown_tag, disposition_of_unknown_id, ...)."),
     ("metrics_errors", "decode_error", "Bytes amqplens could not decode, by stage and reason (decode_errors), and frames whose "
      "content did not decode (frame:<code>); gaps in the TCP stream are tcp:gap."),
 )

@@ -38,9 +38,6 @@ PACKET_BLOCKS = frozenset((EPB, SPB, PB))
 NO_LINKTYPE = -1  # a packet on an interface no IDB defined
 
 OPT_END, OPT_IF_TSRESOL, OPT_IF_TSOFFSET = 0, 9, 14
-# A 64-bit timestamp (with its resolution and offset) can say any time; the columns, dates and Spark
-# timestamps hold 1970..9999, so a time outside (always a corrupt block) is clamped into that range.
-MAX_TS_US = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
 
 
 class Interface:
@@ -61,8 +58,9 @@ class Interface:
         self.offset_us = tsoffset * 1_000_000
 
     def ts_us(self, units: int) -> int:
-        ts = ((units * self.mul) >> self.shift) // self.div + self.offset_us
-        return ts if 0 <= ts <= MAX_TS_US else min(max(ts, 0), MAX_TS_US)
+        """Any time the block says, as a Python int (2^64 - 1 units included): ``splits.guard_timestamps``
+        turns one outside ``clock``'s range into an error row before it reaches an int64 column."""
+        return ((units * self.mul) >> self.shift) // self.div + self.offset_us
 
 
 class Section:
@@ -267,8 +265,8 @@ def iter_records(ng: PcapngFile, walk: SplitWalk, errors: ErrorLog):
             caplen = min(origlen, blen - 16)
             if iface is not None and iface.snaplen:
                 caplen = min(caplen, iface.snaplen)
-            # An SPB carries no timestamp; as in Wireshark it reads as 0.
-            yield pos, iface.linktype if iface is not None else NO_LINKTYPE, 0, pos + 12, caplen, origlen
+            # An SPB carries no timestamp (Wireshark shows 0): None, and the packet takes its neighbour's time.
+            yield pos, iface.linktype if iface is not None else NO_LINKTYPE, None, pos + 12, caplen, origlen
         elif btype == IDB:
             if not section.complete:  # its index depends on every IDB before it
                 ng.learn_interfaces(section, pos, all_blocks=True)

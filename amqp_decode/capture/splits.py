@@ -9,10 +9,12 @@ dicts. Container problems become ``CaptureErrorRecord``s, never exceptions.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import mmap
 import os
 from typing import Iterator
 
+from amqp_decode import clock
 from amqp_decode.capture import pcap, pcapng
 from amqp_decode.capture.linklayer import LINK_DECODERS
 from amqp_decode.capture.packets import PacketDecoder
@@ -23,6 +25,9 @@ from amqp_decode.errors import DecodeError, Truncated
 DEFAULT_SPLIT_SIZE = 128 << 20
 # How far behind the read position the mapped pages are dropped from the process (see ``_Releaser``).
 RELEASE_STEP = 8 << 20
+# Records with an impossible time held back at the start of a split until a good time arrives (each is a
+# tuple of offsets, the bytes stay in the file); past this many, they take the range's first instant.
+HOLD_RECORDS = 1024
 
 
 def sniff_format(path: str | os.PathLike) -> str | None:
@@ -111,6 +116,7 @@ class SplitResult:
                 log.add(0, pcap.FILE_HEADER_LEN, "unknown_link_type", detail)
         else:
             records = pcapng.iter_records(container, walk, log)
+        records = guard_timestamps(records, log, lambda: _time_after(container, walk, buf))
         yield from self._decode(records, buf, log)
         self.stats.bytes_read = walk.bytes_walked
 
@@ -145,6 +151,55 @@ class SplitResult:
         stats.ip_fragments_unreassembled = decoder.fragments.unreassembled
         if decoder.rows:
             yield decoder.take()
+
+
+def guard_timestamps(records, log: ErrorLog, time_after=lambda: None):
+    """The records with every time inside ``clock``'s range.
+
+    A record whose header claims a time outside (a flipped bit, 2^64 - 1 ns, before 1990) is one
+    ``ts_out_of_range`` row and, like a record with no time at all (``None``: a pcapng SPB), takes the
+    time of the next record with a good one, so it keeps its place in the (flow, time, offset) order
+    and the capture's first/last times stay true. Always the next one, never the previous: at the end
+    of a split ``time_after()`` reads it from the records after the split, so every split cut gives the
+    single pass's times. Past ``HOLD_RECORDS`` bad records in a row, they take the last good time.
+    """
+    held, last = [], None
+    for rec in records:
+        ts_us = rec[2]
+        if clock.in_range(ts_us):
+            yield from _with_time(held, ts_us)
+            held.clear()
+            last = ts_us
+            yield rec
+            continue
+        if ts_us is not None:
+            log.add(rec[0], 0, clock.TS_OUT_OF_RANGE,
+                    clock.out_of_range_detail(ts_us, "record time") + "; the packet takes the next record's time")
+        held.append(rec)
+        if len(held) >= HOLD_RECORDS:
+            yield from _with_time(held, clock.MIN_TS_US if last is None else last)
+            held.clear()
+    if held:
+        after = time_after()
+        yield from _with_time(held, after if after is not None else clock.MIN_TS_US if last is None else last)
+
+
+def _with_time(records, ts_us: int):
+    for rec in records:
+        yield (rec[0], rec[1], ts_us, *rec[3:])
+
+
+def _time_after(container, walk: SplitWalk, buf) -> int | None:
+    """The first good record time after the split ``walk`` went over (its errors are the next split's)."""
+    size = container.size
+    if walk.finished_at >= size:
+        return None
+    later = SplitWalk(walk.finished_at, size, container.resync)
+    reader = pcap.iter_records if isinstance(container, pcap.PcapFile) else pcapng.iter_records
+    for rec in itertools.islice(reader(container, later, ErrorLog(buf, 0)), HOLD_RECORDS):
+        if clock.in_range(rec[2]):
+            return rec[2]
+    return None
 
 
 class _Releaser:

@@ -28,8 +28,9 @@ import json
 import re
 from typing import Iterable, Iterator
 
+from amqp_decode import clock
 from amqp_decode.logs.lines import Line
-from amqp_decode.logs.records import endpoints, entry_length, entry_text, error_row, iso_us, new_event
+from amqp_decode.logs.records import datetime_us, endpoints, entry_length, entry_text, error_row, iso_us, new_event
 from amqp_decode.v0_9_1.spec_0_9_1 import REPLY_CODES
 
 PID = r"<\d+\.\d+\.\d+>"
@@ -109,6 +110,7 @@ _BAD = {
     "truncated_line": "a log line cut short (its time stamp or prefix is incomplete)",
     "bad_json": "not a JSON object with time, level and msg",
     "bad_time": "the time stamp does not parse",
+    clock.TS_OUT_OF_RANGE: "the time stamp is outside 1990-01-01 .. 2100-01-01",
 }
 
 
@@ -122,6 +124,8 @@ def _prefixed_head(prefix: re.Pattern, every_line: bool):
             return "truncated_line" if _LOOKS_DATED.match(entry[0].raw) else "unknown_format"
         try:
             ts_us = iso_us(m.group(1).decode())
+        except clock.TimeOutOfRange:
+            return clock.TS_OUT_OF_RANGE
         except ValueError:
             return "bad_time"
         cut = len(m.group(0).decode("utf-8", "replace"))
@@ -137,9 +141,12 @@ def _head_36(entry: list[Line], texts: list[str]):
         return "unknown_format"
     try:
         t = dt.datetime.strptime(m.group(2).decode().split(".")[0], "%d-%b-%Y::%H:%M:%S").replace(tzinfo=dt.timezone.utc)
+        ts_us = datetime_us(t)
+    except clock.TimeOutOfRange:
+        return clock.TS_OUT_OF_RANGE
     except ValueError:
         return "bad_time"
-    return int(t.timestamp()) * 1_000_000, _REPORT_LEVEL.get(m.group(1).decode(), "info"), "\n".join(texts[1:]).strip("\n")
+    return ts_us, _REPORT_LEVEL.get(m.group(1).decode(), "info"), "\n".join(texts[1:]).strip("\n")
 
 
 def _head_json(entry: list[Line], texts: list[str]):
@@ -147,6 +154,8 @@ def _head_json(entry: list[Line], texts: list[str]):
         obj = json.loads(texts[0])
         msg = obj.get("msg", obj.get("message"))
         ts_us = iso_us(obj["time"])
+    except clock.TimeOutOfRange:
+        return clock.TS_OUT_OF_RANGE
     except (ValueError, KeyError, AttributeError, TypeError):
         return "bad_json"
     if not isinstance(msg, str):

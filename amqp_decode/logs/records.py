@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+from amqp_decode import clock
+
 from amqp_decode.logs.lines import Line
 
 EVENT_KEYS = (
@@ -77,11 +79,15 @@ def entry_length(entry: list[Line]) -> int:
 
 
 def iso_us(text: str) -> int:
-    """Microseconds since the epoch of an ISO-8601 time; no zone means UTC."""
+    """Microseconds since the epoch of an ISO-8601 time; no zone means UTC. A ValueError when it does not
+    parse, ``clock.TimeOutOfRange`` (a ValueError too) when it is outside 1990..2100."""
     t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.timezone.utc)
-    return int(t.timestamp()) * 1_000_000 + t.microsecond
+    return datetime_us(t if t.tzinfo is not None else t.replace(tzinfo=dt.timezone.utc))
+
+
+def datetime_us(t: dt.datetime) -> int:
+    """Microseconds since the epoch of an aware datetime (exact), checked against ``clock``'s range."""
+    return clock.checked((t - clock.EPOCH) // dt.timedelta(microseconds=1), "log time")
 
 
 def new_event(entry: list[Line], log_format: str, ts_us: int | None, level: str | None, message: str) -> dict:

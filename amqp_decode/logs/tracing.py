@@ -29,6 +29,7 @@ import json
 import re
 from typing import Iterable, Iterator
 
+from amqp_decode import clock
 from amqp_decode.logs.erlang_terms import TermError, parse_term, proplist
 from amqp_decode.logs.lines import Line
 from amqp_decode.logs.records import endpoints, entry_length, entry_text, error_row, iso_us
@@ -79,6 +80,9 @@ def parse(entries: Iterable[list[Line]], log_format: str) -> Iterator[tuple[str,
                 continue
         try:
             row = one(entry)
+        except clock.TimeOutOfRange as exc:
+            yield "error", error_row(entry[0], exc.reason, str(exc), entry_length(entry))
+            continue
         except (ValueError, KeyError, TypeError, AttributeError, TermError) as exc:
             yield "error", error_row(entry[0], "bad_trace_entry", f"{type(exc).__name__}: {exc}"[:300], entry_length(entry))
             continue

@@ -135,9 +135,13 @@ def test_pcap_corrupt_record_header_in_the_middle(tmp_path, kind):
 
 
 def test_pcap_record_with_odd_timestamp_is_still_a_record(tmp_path):
+    """A record header claiming 1970-01-01T00:01:40 (outside 1990..2100): the record is read, its time is one
+    ts_out_of_range row, and the packet takes the time of the record after it (its place in time order)."""
     path = write(tmp_path, "x.pcap", _corrupt_pcap(17, lambda d, o: struct.pack_into("<I", d, o, 100)))
     rows, result = read_all(path)
-    assert result.errors == [] and len(rows) == len(_tcp_offsets(PCAP_OFFSETS))
+    assert _reasons(result) == [(PCAP_OFFSETS[17], 0, "ts_out_of_range")] and len(rows) == len(_tcp_offsets(PCAP_OFFSETS))
+    ts = {r["record_offset"]: r["ts_us"] for r in rows}
+    assert ts[PCAP_OFFSETS[17]] == ts[PCAP_OFFSETS[18]]
     for size in SPLIT_SIZES:
         assert_splits_equal_single_pass(path, size)
 
@@ -257,7 +261,9 @@ def test_pcap_whose_first_record_has_a_bogus_clock(tmp_path):
     frames = [(0, 0, FRAMES[0][2], FRAMES[0][3])] + FRAMES[1:]
     path = write(tmp_path, "x.pcap", pcap_bytes(frames))
     rows, result = read_all(path)
-    assert result.errors == [] and len(rows) == len(_tcp_offsets(PCAP_OFFSETS))
+    # the record's time (1970-01-01) is one row; the packet takes the next record's time
+    assert _reasons(result) == [(24, 0, "ts_out_of_range")] and len(rows) == len(_tcp_offsets(PCAP_OFFSETS))
+    assert rows[0]["ts_us"] == FRAMES[1][0] * 1_000_000 + FRAMES[1][1]
     for size in SPLIT_SIZES:  # no later split can trust a chain, so the first one reads on
         assert_splits_equal_single_pass(path, size)
 

@@ -8,6 +8,8 @@ too, and hand-made length claims and nestings check the memory and recursion bou
 
 from __future__ import annotations
 
+import json
+
 import pathlib
 import random
 import struct
@@ -149,8 +151,9 @@ def _pcapng_packets(tmp_path, blocks_of) -> tuple[list, dict]:
     split = pa.RecordBatch.from_pylist([{"capture_id": "c", "path": str(path), "start": 0, "end": path.stat().st_size, "split_index": 0}],
                                        schema=pipeline.SPLITS_SCHEMA)  # fmt: skip
     table = pa.Table.from_batches(list(pipeline.read_splits([split])), schema=pipeline.PACKETS_OUT_SCHEMA)
-    table = table.filter(pc.equal(table.column("kind"), "packet"))
-    return recs, table.to_pydict()
+    errors = table.filter(pc.equal(table.column("kind"), "capture_error")).column("meta").to_pylist()
+    packets = table.filter(pc.equal(table.column("kind"), "packet")).to_pydict()
+    return recs, packets | {"capture_errors": [json.loads(e) for e in errors]}
 
 
 def test_a_record_claiming_an_origlen_over_2_31_is_read_not_a_failed_task(tmp_path):
@@ -162,11 +165,14 @@ def test_a_record_claiming_an_origlen_over_2_31_is_read_not_a_failed_task(tmp_pa
     assert packets["wire_len"] == [len(pkt) if i != 3 else 0xFFFFFFF0 for i, (_, _, pkt) in enumerate(recs)]
 
 
-def test_a_pcapng_timestamp_past_year_9999_is_clamped_not_a_failed_task(tmp_path):
+def test_a_pcapng_timestamp_past_year_9999_is_an_error_row_and_the_packet_keeps_its_place(tmp_path):
     """Campaign finding (tests/data/fuzz/capture/pcapng_ts_over_int64.bin): 2^64 - 1 microsecond units overflowed the
-    int64 ts_us column; clamped, the packet keeps 9999-12-31T23:59:59.999999Z (253402300799999999 us)."""
+    int64 ts_us column (then, clamped to 9999-12-31T23:59:59.999999Z, ``_capture_row`` rounded it to the year 10000
+    and the job died). Now the time is a ``ts_out_of_range`` row and the packet takes the time of the one after it."""
     from tests.capture.capture_builders import epb
 
     recs, packets = _pcapng_packets(tmp_path, lambda i, s, us, pkt: epb("<", 0, 2**64 - 1 if i == 3 else s * 1_000_000 + us, pkt))
-    assert packets["ts_us"][3] == 253_402_300_799_999_999
-    assert packets["ts_us"][:3] == [s * 1_000_000 + us for s, us, _ in recs[:3]]
+    times = [s * 1_000_000 + us for s, us, _ in recs]
+    assert packets["ts_us"] == times[:3] + [times[4]] + times[4:]
+    assert [(e["reason"], e["length"]) for e in packets["capture_errors"]] == [("ts_out_of_range", 0)]
+    assert str(2**64 - 1) in packets["capture_errors"][0]["detail"]

@@ -138,3 +138,27 @@ def test_bad_lines_become_error_rows_with_their_line_numbers_and_lose_nothing_el
 def test_levels_in_four_letters_are_spelled_out():
     assert [rabbitmq._level(w) for w in ("warn", "erro", "noti", "crit", "info", "warning")] == [
         "warning", "error", "notice", "critical", "info", "warning"]
+
+
+def test_log_times_outside_1990_2100_are_ts_out_of_range_rows_and_lose_nothing_else(tmp_path):
+    """Tried: four 3.10 lines' years rewritten to 0001, 1970, 2150 and 9999 (each still a valid ISO time), and a
+    3.6 report header dated 1969 before the 3.6 sample: each is one row, every other entry is read as before."""
+    good = (LOGS / "rabbitmq_3_10.log").read_bytes().splitlines(keepends=True)
+    years = (b"0001", b"1970", b"2150", b"9999")
+    bad = [years[i] + good[5 + i][4:] for i in range(len(years))]
+    lines = good[:5] + bad + good[5 + len(years):]
+    path = tmp_path / "far.log"
+    path.write_bytes(b"".join(lines))
+    errors = of_kind(records(path, split_size=300), "error")
+    assert [(e["line_number"], e["reason"]) for e in errors] == [(6 + i, "ts_out_of_range") for i in range(len(years))]
+    assert "outside 1990-01-01 .. 2100-01-01" in errors[0]["detail"]
+    events = of_kind(records(path), "event")
+    assert [e["line_number"] for e in events] == [e["line_number"] for e in _events(LOGS / "rabbitmq_3_10.log")
+                                                  if not 6 <= e["line_number"] < 6 + len(years)]
+
+    old = tmp_path / "old36.log"
+    old.write_bytes(b"=INFO REPORT==== 31-Dec-1969::23:59:59 ===\naccepting AMQP connection <0.1.0> (a -> b)\n\n"
+                    + (LOGS / "rabbitmq_3_6.log").read_bytes())
+    first = of_kind(records(old), "error")
+    assert [(e["line_number"], e["reason"]) for e in first] == [(1, "ts_out_of_range")]
+    assert len(_events(old)) == len(_events(LOGS / "rabbitmq_3_6.log"))

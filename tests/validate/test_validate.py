@@ -16,6 +16,7 @@ import pytest
 from jobs import cli, validate
 from jobs.quality import RunTables, batch
 from schemas import ALL_TABLES, table
+from schemas import expectations as ex
 from schemas.expectations import Settings
 from tests.conftest import ROOT
 from tests.validate.conftest import CAPTURES, capture_id
@@ -30,7 +31,11 @@ def test_every_table_has_a_suite_and_it_passes_on_the_fixtures(validated, qualit
     assert validated["success"]
     assert set(validated["rows"]) == set(ALL_TABLES)
     failed = [e for e in validated["expectations"] if not e["success"]]
-    assert failed == []
+    assert [e for e in failed if ex.kind(e["name"]) == "invariant"] == []
+    # what the fixtures' peers did that the lifecycle flags (deliveries open when the capture ends mid-message, ...)
+    # is an observation: a warning, the run succeeds
+    assert {e["name"] for e in failed} <= {"deliveries.anomalies", "flow_events.anomalies"}, failed
+    assert all(e["severity"] == "warning" for e in failed)
     for name in ("captures", "connections", "frames", "deliveries", "flow_events", "request_responses", "metrics_latency"):
         assert validated["rows"][name] == store.read(name).count() > 0, name
     names = {e["name"] for e in validated["expectations"]}
@@ -131,7 +136,19 @@ def test_severity_is_config():
     assert s.severity("frames.decode_error_share") == "warning"
     assert s.severity("deliveries.ref.frame_ids") == "critical"
     assert s.severity("deliveries.non_negative") == "warning"
-    assert Settings().severity("connections.codec_error_share") == "critical"
+    assert Settings().severity("connections.key_unique") == "critical"
+
+
+def test_observations_of_what_peers_do_are_never_critical():
+    """A sender beyond its credit (negative link_credit), a flagged delivery, undecodable content: warnings even
+    when config names them critical; the same table's own promises stay critical."""
+    for s in (Settings(), Settings(critical=("flow_events", "frames.decode_error_share"))):
+        for name in ("flow_events.non_negative.link_credit", "flow_events.non_negative.remote_incoming_window",
+                     "flow_events.anomalies", "deliveries.anomalies", "frames.decode_error_share", "connections.codec_error_share"):
+            assert ex.kind(name) == "observation" and s.severity(name) == "warning", name
+        for name in ("flow_events.non_negative", "flow_events.key_unique", "flow_events.in_capture_window", "flow_events.ref.frame_id"):
+            assert ex.kind(name) == "invariant" and s.severity(name) == "critical", name
+    assert "link_credit" not in ex.non_negative_columns(ALL_TABLES["flow_events"])
 
 
 def test_cli_validate_fails_with_a_readable_summary_on_a_broken_lake(spark, quality_lake, tmp_path, capsys):
