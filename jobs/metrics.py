@@ -19,6 +19,7 @@ from amqp_decode.pipeline import STAGE_FRAME
 from jobs.config import Config
 from jobs.ingest_captures import conform
 from jobs.lake import TableStore
+from jobs.metrics_e2e import end_to_end
 from jobs.metrics_flow import flow
 from jobs.metrics_frame import Frame, add_row_id, with_buckets, with_entities
 from schemas.metrics import METRICS_ERRORS, METRICS_LATENCY, METRICS_SETTLEMENT
@@ -79,25 +80,12 @@ def _latency_sources(deliveries, requests, connections, frames):
                 "queue", "exchange"),
         _delivery_entities(F))
 
-    pubs = d.where(F.col("direction") == "to_broker").select(  # p_*: no name shared with dels (both are d)
-        F.col("capture_id").alias("p_cap"), F.col("message_id").alias("p_mid"), F.col("body_sha256").alias("p_sha"),
-        F.col("exchange").alias("p_ex"), F.col("routing_key").alias("p_rk"), F.col("sent_ts").alias("p_ts"))
-    dels = d.where(F.col("direction") == "from_broker")
-    by_id = dels.where(F.col("message_id").isNotNull()).join(
-        pubs, (dels.capture_id == pubs.p_cap) & (dels.message_id == pubs.p_mid) & (pubs.p_ts <= dels.sent_ts), "left")
-    nid = dels.where(F.col("message_id").isNull())
-    by_body = nid.join(
-        pubs.where(F.col("p_mid").isNull()),
-        (nid.capture_id == pubs.p_cap) & (nid.body_sha256 == pubs.p_sha) & (nid.exchange == pubs.p_ex)
-        & (nid.routing_key == pubs.p_rk) & (pubs.p_ts <= nid.sent_ts), "left")
-    e2e = (
-        by_id.drop("p_cap").unionByName(by_body.drop("p_cap"))
-        .groupBy(*[c for c in dels.columns]).agg(F.max("p_ts").alias("p_ts"))
-        .select("capture_id", F.col("sent_ts").alias("ts"), "dialect", F.lit("end_to_end").alias("metric"),
-                F.lit(None).cast("string").alias("direction"), "method",
-                (F.unix_micros("sent_ts") - F.unix_micros("p_ts")).alias("value_us"),
-                "connection_id", "channel", "consumer_tag", "link_name", "queue", "exchange")
-    )
+    # rows: one per delivery from the broker (jobs/metrics_e2e.py: windows and equi-joins on a rank)
+    e2e = end_to_end(d).select(
+        "capture_id", F.col("sent_ts").alias("ts"), "dialect", F.lit("end_to_end").alias("metric"),
+        F.lit(None).cast("string").alias("direction"), "method",
+        (F.unix_micros("sent_ts") - F.unix_micros("p_ts")).alias("value_us"),
+        "connection_id", "channel", "consumer_tag", "link_name", "queue", "exchange")
     e2e = with_entities(e2e, _delivery_entities(F))
 
     conn, ch = F.col("connection_id"), F.col("channel")
