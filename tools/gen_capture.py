@@ -57,7 +57,7 @@ import pika.frame
 import pika.spec as spec
 
 # Bump when the bytes a given (size, seed, options) produce change, so cached captures are remade.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 1
 MSS = 1448
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 SERVER_IP = "10.20.0.10"
@@ -626,7 +626,11 @@ class _Generator:
     def deliveries_ready(self, ch: _Channel, k: int) -> list:
         """Up to ``k`` messages for the consumer of ``ch``: (body, redelivered, routing key)."""
         rng = self.rng
-        return [(self._random_body(self._large()), rng.random() < 0.02, rng.choice(ch.routing_keys)) for _ in range(k)]
+        out = []
+        for _ in range(k):
+            redelivered, rk = rng.random() < 0.02, rng.choice(ch.routing_keys)
+            out.append((self._random_body(self._large()), redelivered, rk))
+        return out
 
     def requeue(self, ch: _Channel, messages: list) -> None:
         """``messages`` ((body, routing key)) go back to their queue; here nothing models the queue."""
