@@ -541,7 +541,8 @@ class _Generator:
             rk = self._publish_key(ch)
             pf = ff.publish(n, ch.exchange, rk)
             self._count_method(pf)
-            self._message_frames(conn, n, pf, parts, self.publish_body(ch, rk))
+            at = t + 12 * (sum(map(len, parts)) // MSS)  # the time of the segment its method frame starts in (send)
+            self._message_frames(conn, n, pf, parts, self.publish_body(ch, rk, at))
             ch.publish_seq += 1
             ch.unconfirmed.append(ch.publish_seq)
         self.messages_published += k
@@ -574,7 +575,7 @@ class _Generator:
         parts: list = []
         n = ch.number
         ff = self.ff
-        ready = self.deliveries_ready(ch, min(room, 1 + int(rng.expovariate(0.8)), 12))
+        ready = self.deliveries_ready(ch, min(room, 1 + int(rng.expovariate(0.8)), 12), t)
         for body, redelivered, rk in ready:
             ch.deliver_tag += 1
             df = ff.deliver(n, ch.consumer_tag, ch.deliver_tag, redelivered, ch.exchange, rk)
@@ -620,11 +621,12 @@ class _Generator:
     def _publish_key(self, ch: _Channel) -> str:
         return self.rng.choice(ch.routing_keys)
 
-    def publish_body(self, ch: _Channel, rk: str) -> tuple:
+    def publish_body(self, ch: _Channel, rk: str, t: int) -> tuple:
+        """The body of a message published at ``t`` with routing key ``rk``."""
         return self._random_body(self._large())
 
-    def deliveries_ready(self, ch: _Channel, k: int) -> list:
-        """Up to ``k`` messages for the consumer of ``ch``: (body, redelivered, routing key)."""
+    def deliveries_ready(self, ch: _Channel, k: int, t: int) -> list:
+        """Up to ``k`` messages for the consumer of ``ch`` at ``t``: (body, redelivered, routing key)."""
         rng = self.rng
         out = []
         for _ in range(k):
@@ -672,6 +674,10 @@ class _Generator:
         if ch.role == "pub":
             return self.unit_publish(t, conn, ch)
         return self.unit_deliver(t, conn, ch)
+
+    def unit_start(self, t: int) -> int:
+        """When the next unit starts (tools/gen_load.py keeps them in the order they are made)."""
+        return t
 
     def opened_in_turn(self) -> list[_Conn]:
         """The connections the run opens in turn and keeps open until the end."""
@@ -745,6 +751,7 @@ class _Generator:
 
         def next_unit(lane: int, t: int) -> bool:
             stop = self.size_now() + close_reserve >= self.target
+            t = self.unit_start(t)
             conn = None
             extra = None if stop else self.extra_unit(t)
             if extra is not None:

@@ -31,7 +31,7 @@ per-message publish/delivery pairs (``messages_published`` / ``_delivered``).
 from __future__ import annotations
 
 import argparse
-import collections
+import heapq
 import sys
 import time
 from pathlib import Path
@@ -43,6 +43,7 @@ HOT_SHARE = 0.45
 BODIES_PER_KEY = 3
 SHORT_LIVED = 10_000
 MESSAGE_ID_SHARE = 0.1  # publishes that carry a message-id
+ROUTING_US = 200  # a message can be delivered this long after its publish at the earliest
 PROFILES = {
     # long-lived connections, short-lived ones, (min, max) channels per connection, body sizes
     "load": {"long": 8, "short": SHORT_LIVED, "small_size": (60, 600)},
@@ -57,7 +58,11 @@ class LoadGenerator(_Generator):
         keys = _keys()
         # per routing key: a few distinct bodies (size, pool, offset, properties variant)
         self.bodies = {k: [self._random_body(False)[:4] for _ in range(BODIES_PER_KEY)] for k in keys}
-        self.queues: dict[str, collections.deque] = {k: collections.deque() for k in keys}
+        # per routing key (one queue each), a heap of (publish time, sequence, body, redelivered); a requeued
+        # message goes back with time -1, ahead of every other
+        self.queues: dict[str, list] = {k: [] for k in keys}
+        self.seq = 0
+        self.last_start = 0
         self.short_every = max(1, self.target // (self.n_short + 1)) if self.n_short else 0
         self.next_short = self.short_every
         self.shorts = [c for c in self.conns if c.index >= self.n_long]
@@ -69,10 +74,12 @@ class LoadGenerator(_Generator):
         conns = super()._make_connections()
         keys = _keys()
         consumed = []
-        for conn in conns[1:self.n_long:2]:  # every other long-lived connection consumes; half of them the hot queue
+        # every other long-lived connection consumes, each its own queue (the first the hot one): one consumer per
+        # queue, so the queue's order is the order of its deliveries on the wire
+        for conn in conns[1:self.n_long:2]:
             for ch in conn.channels:
                 ch.role, ch.exchange = "con", "bench.events"
-                rk = HOT_KEY if len(consumed) % 2 == 0 else keys[1 + len(consumed) % (len(keys) - 1)]
+                rk = HOT_KEY if not consumed else keys[len(consumed)]
                 ch.routing_keys, ch.queue = (rk,), _queue(rk)
                 ch.consumer_tag = "ctag%d.%032x" % (ch.number, self.rng.getrandbits(128))
                 ch.prefetch = self.rng.choice((50, 100, 250))
@@ -105,26 +112,39 @@ class LoadGenerator(_Generator):
             return HOT_KEY
         return self.rng.choice(ch.routing_keys)
 
-    def publish_body(self, ch: _Channel, rk: str) -> tuple:
+    def unit_start(self, t: int) -> int:
+        # units start in the order they are made, so the queues see publishes and deliveries in time order
+        self.last_start = max(t, self.last_start + 1)
+        return self.last_start
+
+    def publish_body(self, ch: _Channel, rk: str, t: int) -> tuple:
         size, pool, off, variant = self.rng.choice(self.bodies[rk])
         mid = None
         if self.rng.random() < MESSAGE_ID_SHARE:
             mid = "%032x" % self.rng.getrandbits(128)
             mid = f"{mid[:8]}-{mid[8:12]}-{mid[12:16]}-{mid[16:20]}-{mid[20:]}"
         body = (size, pool, off, variant, mid)
-        self.queues[rk].append((body, False))
+        self._push(rk, t, body, False)
         return body
 
-    def deliveries_ready(self, ch: _Channel, k: int) -> list:
+    def _push(self, rk: str, t: int, body: tuple, redelivered: bool) -> None:
+        self.seq += 1
+        heapq.heappush(self.queues[rk], (t, self.seq, body, redelivered))
+
+    def deliveries_ready(self, ch: _Channel, k: int, t: int) -> list:
         rk = ch.routing_keys[0]
         q = self.queues[rk]
         if len(q) > 20:  # a backlog: the broker sends up to the prefetch at once
             k = ch.prefetch - len(ch.unacked)
-        return [(*q.popleft(), rk) for _ in range(min(k, len(q)))]
+        out = []
+        while q and len(out) < k and q[0][0] < t - ROUTING_US:  # routed and queued by then
+            _, _, body, redelivered = heapq.heappop(q)
+            out.append((body, redelivered, rk))
+        return out
 
     def requeue(self, ch: _Channel, messages: list) -> None:
-        for body, rk in reversed(messages):
-            self.queues[rk].appendleft((body, True))
+        for body, rk in messages:
+            self._push(rk, -1, body, True)
 
     def unit_close(self, t: int, conn: _Conn):
         for ch in conn.channels:  # the broker requeues what was delivered and not acked
@@ -142,9 +162,13 @@ def _queue(rk: str) -> str:
     return "bench.q.hot" if rk == HOT_KEY else "bench.q." + rk
 
 
-def generate_load(path, size_mb: float, *, profile: str = "load", seed: int = 0, sidecar: bool = True) -> dict:
-    """Write a capture of ``profile`` of about ``size_mb`` MB; returns its ground truth (as ``generate``)."""
-    p = PROFILES[profile]
+def generate_load(path, size_mb: float, *, profile: str = "load", seed: int = 0, sidecar: bool = True,
+                  short: int | None = None) -> dict:
+    """Write a capture of ``profile`` of about ``size_mb`` MB; returns its ground truth (as ``generate``).
+
+    ``short``: short-lived connections instead of the profile's (a small capture cannot hold 10,000).
+    """
+    p = dict(PROFILES[profile], **({} if short is None else {"short": short}))
     return generate(path, size_mb, seed=seed, connections=p["long"], channels=(1, 1), small_size=p["small_size"],
                     large_fraction=0.0, heartbeat_fraction=0.002, sidecar=sidecar,
                     generator=lambda *a, **kw: LoadGenerator(*a, short=p["short"], **kw), profile=profile)
