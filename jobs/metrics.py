@@ -139,20 +139,24 @@ def _latency_sources(deliveries, requests, connections, frames):
 
 
 def latency(deliveries, requests, connections, frames, caps, bucket_s: int, exact_max: int):
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     keys = [*Frame.KEYS, "metric", "direction", "method"]
-    # rows: (deliveries + requests + 2 x connections) x entities (<= 8) x 2 buckets; the window and the groupBys
-    # keep or shrink that
+    # rows: (deliveries + requests + 2 x connections) x entities (<= 8) x 2 buckets; the groupBys shrink that
     rows = with_buckets(_latency_sources(deliveries, requests, connections, frames), caps, bucket_s)
-    # Both branches read the same rows: materialise them once (the end-to-end joins are the costly part).
-    rows = rows.withColumn("n", F.count("value_us").over(Window.partitionBy(*keys))).localCheckpoint()
+    # Both branches read the same rows: materialise them once (the end-to-end matching is the costly part).
+    # Which groups are too big for exact percentiles: the group's hash (nulls spelt out), counted without a
+    # shuffle of the rows (partial aggregation); at most rows / exact_max groups are big, a short list.
+    group = F.xxhash64(*[F.coalesce(F.col(k).cast("string"), F.lit("\\N")) for k in keys])
+    rows = rows.withColumn("_g", group).localCheckpoint()
+    big = [r._g for r in rows.groupBy("_g").agg(F.count("value_us").alias("n")).where(F.col("n") > exact_max).collect()]
+    is_big = F.col("_g").isin(big) if big else F.lit(False)
     common = [F.count("value_us").alias("count"), F.sum(F.col("value_us").isNull().cast("long")).alias("missing"),
               F.avg("value_us").alias("mean_us"), F.max("value_us").alias("max_us")]
-    exact = rows.where(F.col("n") <= exact_max).groupBy(*keys).agg(
+    # (a hash collision can only send a small group to the approximate branch)
+    exact = rows.where(~is_big).groupBy(*keys).agg(
         *common, F.expr("percentile(value_us, array(0.5, 0.9, 0.99))").alias("p"), F.lit(True).alias("exact"))
-    approx = rows.where(F.col("n") > exact_max).groupBy(*keys).agg(
+    approx = rows.where(is_big).groupBy(*keys).agg(
         *common, F.expr("percentile_approx(value_us, array(0.5, 0.9, 0.99), 10000)").cast("array<double>").alias("p"),
         F.lit(False).alias("exact"))
     out = exact.unionByName(approx)
