@@ -10,8 +10,9 @@ STAMP := $(VENV)/.installed
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 BENCH_SIZE_MB ?= 100
-BENCH_SIZES ?=
-BENCH_ARGS ?=
+# the whole `amqplens run` at four sizes of real load (tools/gen_load.py); BENCH_SIZES= for one size
+BENCH_SIZES ?= 100,300,1000,2000
+BENCH_ARGS ?= --repeat 1
 DIST ?= dist
 
 .PHONY: demo test test-fast bench bench-tls dist docs clean java airflow

@@ -159,6 +159,7 @@ def blocked_intervals(lake: str, capture_id: str | None = None) -> pd.DataFrame:
     """connection.blocked .. unblocked spans per connection; an unfinished one ends with the connection."""
     f = read(lake, "flow_events", capture_id, ["connection_id", "entity", "ts", "blocked", "reason"])
     f = f[(f.entity == "connection") & f.blocked.notna()].sort_values("ts")
+    # a lookup by connection_id (unique), no join: rows <= the blocked events
     ends = read(lake, "connections", capture_id, ["connection_id", "end_ts"]).set_index("connection_id").end_ts
     rows, since = [], {}
     for r in f.itertuples():
@@ -197,6 +198,7 @@ UNSETTLED_OUTCOMES = ("unconfirmed_at_close", "requeued_on_close", "unsettled_at
 def settlement_table(lake: str, capture_id: str | None = None) -> pd.DataFrame:
     """Messages per dialect, direction and outcome, their share of the group and median settle time."""
     d = read(lake, "deliveries", capture_id, ["dialect", "direction", "outcome", "settle_latency_us"])
+    # rows: groups of the deliveries read (pandas, in memory: a notebook's capture), no join
     g = d.groupby(["dialect", "direction", "outcome"], dropna=False)
     out = g.size().rename("messages").to_frame()
     out["p50_settle_ms"] = g.settle_latency_us.median() / US_PER_MS

@@ -193,6 +193,7 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[LogFile], units: 
             store.write("decode_errors", _errors_df(out, logs, conf["decode.max_error_bytes"]), units=units, run_id=run_id)
             store.write("broker_events", _conform_filled(events, BROKER_EVENTS), units=units, run_id=run_id)
             store.write("deliveries", _conform_filled(trace, DELIVERIES), units=units, run_id=run_id)
+            # rows: one per log
             n_connections = {r["capture_id"]: r["n"] for r in connections.groupBy("capture_id").count().withColumnRenamed("count", "n").collect()}
         finally:
             events.unpersist()
@@ -228,6 +229,7 @@ def _summaries(out) -> dict[str, dict]:
     from pyspark.sql import functions as F
 
     ts = F.coalesce(F.col("event.ts_us"), F.col("delivery.ts_us"))
+    # rows: one per log
     rows = out.groupBy("log_id").agg(
         F.min(ts).alias("first_us"), F.max(ts).alias("last_us"),
         F.sum(F.when(F.col("kind") == "error", 1).otherwise(0)).alias("errors"),
@@ -253,17 +255,33 @@ def _captured_connections(store: TableStore):
 
 
 def _join_capture(df, captured, tolerance_us: int, key: str):
-    """``cap_connection_id``: the captured connection with the row's endpoints alive at its ts (the nearest start)."""
+    """``cap_connection_id``: the captured connection with the row's endpoints alive at its ts (the nearest start).
+
+    Rows: a row with a time meets the connections of its four endpoints alive within the tolerance of it (a
+    4-tuple is reused only after its connection ended, so one or two); a row without one (a firehose message
+    saved without a time) meets only the first connection of its endpoints, which the nearest-start rule
+    picked for it anyway. So at most rows x 2 (plus 4-tuple reuses within 2 x tolerance), never rows x reuses.
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    at = df.ts_us  # null when the log has no time for the row (a firehose message): endpoints alone decide
-    on = ((df.client_ip == captured.cap_client_ip) & (df.client_port == captured.cap_client_port)
-          & (df.server_ip == captured.cap_server_ip) & (df.server_port == captured.cap_server_port)
-          & (at.isNull() | at.between(F.unix_micros(captured.cap_start) - tolerance_us, F.unix_micros(captured.cap_end) + tolerance_us)))
+    ends = ["cap_client_ip", "cap_client_port", "cap_server_ip", "cap_server_port"]
+    # rows: one per 4-tuple of the captured connections
+    first = captured.withColumn("_f", F.row_number().over(Window.partitionBy(*ends).orderBy("cap_start", "cap_connection_id")))
+    first = first.where(F.col("_f") == 1).drop("_f")
+
+    def same_ends(c):
+        return ((df.client_ip == c.cap_client_ip) & (df.client_port == c.cap_client_port)
+                & (df.server_ip == c.cap_server_ip) & (df.server_port == c.cap_server_port))
+
+    at = df.ts_us
+    alive = at.between(F.unix_micros(captured.cap_start) - tolerance_us, F.unix_micros(captured.cap_end) + tolerance_us)
+    timed = df.where(at.isNotNull()).join(F.broadcast(captured), same_ends(captured) & alive, "left")
+    untimed = df.where(at.isNull()).join(F.broadcast(first), same_ends(first), "left")
+    # rows: as the joins above; one kept per row
     nearest = Window.partitionBy(key).orderBy(F.abs(F.coalesce("ts_us", F.lit(0)) - F.unix_micros("cap_start")).asc_nulls_last())
-    joined = df.join(F.broadcast(captured), on, "left").withColumn("_n", F.row_number().over(nearest))
-    return joined.where(F.col("_n") == 1).drop("_n", "cap_client_ip", "cap_client_port", "cap_server_ip", "cap_server_port", "cap_end")
+    joined = timed.unionByName(untimed).withColumn("_n", F.row_number().over(nearest))
+    return joined.where(F.col("_n") == 1).drop("_n", *ends, "cap_end")
 
 
 def _log_connection_id(*cols):
@@ -277,6 +295,7 @@ def _events_df(out, logs, captured, tolerance_us: int):
     from pyspark.sql import functions as F
 
     ev = out.where(F.col("kind") == "event").select("log_id", "event.*").join(F.broadcast(logs), "log_id")
+    # rows: logs is one row per log (broadcast); the window keeps the events
     same_connection = Window.partitionBy("log_id", "erlang_pid")
     for c in CONNECTION_FIELDS:  # a channel error or a 1.0 login names less than the accepting line
         ev = ev.withColumn(c, F.when(F.col("erlang_pid").isNotNull(), F.coalesce(F.col(c), F.first(c, ignorenulls=True).over(same_connection)))
@@ -319,6 +338,7 @@ def _event_connections_df(events):
     from pyspark.sql import functions as F
 
     ends = F.create_map(*[x for k, v in _END_REASON.items() for x in (F.lit(k), F.lit(v))])
+    # rows: one per log connection, fewer than the events
     c = (events.where(F.col("cap_connection_id").isNull() & F.col("connection_id").isNotNull())
          .groupBy("connection_id", "log_id", "log_date")
          .agg(F.min("ts").alias("start_ts"), F.max("ts").alias("end_ts"),
@@ -337,6 +357,7 @@ def _trace_connections_df(out, logs):
     """The connections of a Proton trace: the codec's connection facts, no endpoints (the trace names none)."""
     from pyspark.sql import functions as F
 
+    # rows: logs is one row per log (broadcast): the records of this kind
     facts = [F.col(f"connection.{PROTOCOL_FACT_KEYS.get(c.name, c.name)}").alias(c.name) for c in PROTOCOL_COLUMNS]
     c = (out.where(F.col("kind") == "connection")
          .select("log_id", "connection.connection_id", "connection.start_ts_us", "connection.end_ts_us", *facts)
@@ -350,6 +371,7 @@ def _trace_connections_df(out, logs):
 def _frames_df(out, logs):
     from pyspark.sql import functions as F
 
+    # rows: logs is one row per log (broadcast): the records of this kind
     f = (out.where(F.col("kind") == "frame").select("log_id", "frame.*").join(F.broadcast(logs), "log_id")
          .withColumnRenamed("log_id", "capture_id").withColumnRenamed("log_date", "capture_date")
          .withColumn("ts", F.timestamp_micros("ts_us")).withColumn("source", F.lit("trace_log"))
@@ -361,6 +383,7 @@ def _frames_df(out, logs):
 def _errors_df(out, logs, max_error_bytes: int):
     from pyspark.sql import functions as F
 
+    # rows: logs is one row per log (broadcast): the records of this kind
     e = (out.where(F.col("kind") == "error").select("log_id", "error.*").join(F.broadcast(logs), "log_id")
          .withColumnRenamed("log_id", "capture_id").withColumnRenamed("log_date", "capture_date")
          .withColumn("error_id", F.col("row_id")).withColumn("stage", F.coalesce("stage", F.lit("log")))
@@ -375,6 +398,7 @@ def _trace_df(out, logs, captured, tolerance_us: int):
     """Trace deliveries with their join (``cap_connection_id``), before they are conformed to the contract."""
     from pyspark.sql import functions as F
 
+    # rows: logs is one row per log (broadcast): the records of this kind
     d = (out.where(F.col("kind") == "delivery").select("log_id", "delivery.*").join(F.broadcast(logs), "log_id")
          .withColumn("ts", F.timestamp_micros(F.coalesce("ts_us", "line_number"))))
     d = _join_capture(d.withColumn("delivery_id", F.concat_ws("-", "log_id", "line_number")), captured, tolerance_us, "delivery_id")
@@ -390,6 +414,7 @@ def _traced_connections_df(trace):
     """A connection (source log) for each traced connection that no capture holds."""
     from pyspark.sql import functions as F
 
+    # rows: one per traced connection, fewer than the trace rows
     c = (trace.where(F.col("cap_connection_id").isNull())
          .groupBy("connection_id", "capture_id", "capture_date")
          .agg(F.min("sent_ts").alias("start_ts"), F.max("sent_ts").alias("end_ts"),

@@ -19,6 +19,7 @@ from amqp_decode.pipeline import STAGE_FRAME
 from jobs.config import Config
 from jobs.ingest_captures import conform
 from jobs.lake import TableStore
+from jobs.metrics_e2e import end_to_end
 from jobs.metrics_flow import flow
 from jobs.metrics_frame import Frame, add_row_id, with_buckets, with_entities
 from schemas.metrics import METRICS_ERRORS, METRICS_LATENCY, METRICS_SETTLEMENT
@@ -50,10 +51,32 @@ def _delivery_entities(F):
     ]
 
 
+CONTROL_COLUMNS = ("capture_id", "connection_id", "ts", "dialect", "direction", "channel", "class_name", "method_name",
+                   "performative", "consumer_tag", "queue", "reply_code", "reply_text", "error_condition", "decode_error")
+
+
+# what latency and settlement read of deliveries (not frame_ids, properties_json, trace_json: the bulk of a row)
+DELIVERY_COLUMNS = ("delivery_id", "capture_id", "connection_id", "dialect", "direction", "channel", "consumer_tag",
+                    "link_name", "method", "exchange", "routing_key", "queue", "message_id", "body_sha256", "redelivered",
+                    "settle_mode", "sent_ts", "settled_ts", "settle_latency_us", "outcome")
+
+
+def control_frames(frames):
+    """The frames metrics reads besides flow's: basic.consume, the opens and closes, and those with a decode_error."""
+    from pyspark.sql import functions as F
+
+    cm = lambda c, m: (F.col("class_name") == c) & (F.col("method_name") == m)  # noqa: E731
+    return frames.where(
+        cm("basic", "consume") | cm("connection", "open-ok") | cm("connection", "close") | cm("channel", "close")
+        | F.col("performative").isin("open", "detach", "end", "close") | F.col("decode_error").isNotNull()
+    ).select(*CONTROL_COLUMNS)
+
+
 def deliveries_with_queue(deliveries, frames):
     """0-9-1 deliveries to a consumer carry no queue: take it from the consumer's basic.consume."""
     from pyspark.sql import functions as F
 
+    # rows: groupBy <= the basic.consume frames; the left join meets at most one row per (connection, tag): deliveries
     consumes = (
         frames.where((F.col("class_name") == "basic") & (F.col("method_name") == "consume") & F.col("consumer_tag").isNotNull()
                      & (F.col("consumer_tag") != ""))
@@ -79,25 +102,12 @@ def _latency_sources(deliveries, requests, connections, frames):
                 "queue", "exchange"),
         _delivery_entities(F))
 
-    pubs = d.where(F.col("direction") == "to_broker").select(  # p_*: no name shared with dels (both are d)
-        F.col("capture_id").alias("p_cap"), F.col("message_id").alias("p_mid"), F.col("body_sha256").alias("p_sha"),
-        F.col("exchange").alias("p_ex"), F.col("routing_key").alias("p_rk"), F.col("sent_ts").alias("p_ts"))
-    dels = d.where(F.col("direction") == "from_broker")
-    by_id = dels.where(F.col("message_id").isNotNull()).join(
-        pubs, (dels.capture_id == pubs.p_cap) & (dels.message_id == pubs.p_mid) & (pubs.p_ts <= dels.sent_ts), "left")
-    nid = dels.where(F.col("message_id").isNull())
-    by_body = nid.join(
-        pubs.where(F.col("p_mid").isNull()),
-        (nid.capture_id == pubs.p_cap) & (nid.body_sha256 == pubs.p_sha) & (nid.exchange == pubs.p_ex)
-        & (nid.routing_key == pubs.p_rk) & (pubs.p_ts <= nid.sent_ts), "left")
-    e2e = (
-        by_id.drop("p_cap").unionByName(by_body.drop("p_cap"))
-        .groupBy(*[c for c in dels.columns]).agg(F.max("p_ts").alias("p_ts"))
-        .select("capture_id", F.col("sent_ts").alias("ts"), "dialect", F.lit("end_to_end").alias("metric"),
-                F.lit(None).cast("string").alias("direction"), "method",
-                (F.unix_micros("sent_ts") - F.unix_micros("p_ts")).alias("value_us"),
-                "connection_id", "channel", "consumer_tag", "link_name", "queue", "exchange")
-    )
+    # rows: one per delivery from the broker (jobs/metrics_e2e.py: windows and equi-joins on a rank)
+    e2e = end_to_end(d).select(
+        "capture_id", F.col("sent_ts").alias("ts"), "dialect", F.lit("end_to_end").alias("metric"),
+        F.lit(None).cast("string").alias("direction"), "method",
+        (F.unix_micros("sent_ts") - F.unix_micros("p_ts")).alias("value_us"),
+        "connection_id", "channel", "consumer_tag", "link_name", "queue", "exchange")
     e2e = with_entities(e2e, _delivery_entities(F))
 
     conn, ch = F.col("connection_id"), F.col("channel")
@@ -107,6 +117,7 @@ def _latency_sources(deliveries, requests, connections, frames):
                         F.col("latency_us").alias("value_us"), "connection_id", "channel"),
         [("connection", conn, conn, None), ("channel", F.concat_ws("/", conn, ch), conn, ch)])
 
+    # rows: groupBy <= connections; the left join on the connection (unique on both sides): connections
     open_ok = (
         frames.where(((F.col("class_name") == "connection") & (F.col("method_name") == "open-ok"))
                      | ((F.col("performative") == "open") & (F.col("direction") == "to_client")))
@@ -128,18 +139,24 @@ def _latency_sources(deliveries, requests, connections, frames):
 
 
 def latency(deliveries, requests, connections, frames, caps, bucket_s: int, exact_max: int):
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     keys = [*Frame.KEYS, "metric", "direction", "method"]
+    # rows: (deliveries + requests + 2 x connections) x entities (<= 8) x 2 buckets; the groupBys shrink that
     rows = with_buckets(_latency_sources(deliveries, requests, connections, frames), caps, bucket_s)
-    # Both branches read the same rows: materialise them once (the end-to-end joins are the costly part).
-    rows = rows.withColumn("n", F.count("value_us").over(Window.partitionBy(*keys))).localCheckpoint()
+    # Both branches read the same rows: materialise them once (the end-to-end matching is the costly part).
+    # Which groups are too big for exact percentiles: the group's hash (nulls spelt out), counted without a
+    # shuffle of the rows (partial aggregation); at most rows / exact_max groups are big, a short list.
+    group = F.xxhash64(*[F.coalesce(F.col(k).cast("string"), F.lit("\\N")) for k in keys])
+    rows = rows.withColumn("_g", group).localCheckpoint()
+    big = [r._g for r in rows.groupBy("_g").agg(F.count("value_us").alias("n")).where(F.col("n") > exact_max).collect()]
+    is_big = F.col("_g").isin(big) if big else F.lit(False)
     common = [F.count("value_us").alias("count"), F.sum(F.col("value_us").isNull().cast("long")).alias("missing"),
               F.avg("value_us").alias("mean_us"), F.max("value_us").alias("max_us")]
-    exact = rows.where(F.col("n") <= exact_max).groupBy(*keys).agg(
+    # (a hash collision can only send a small group to the approximate branch)
+    exact = rows.where(~is_big).groupBy(*keys).agg(
         *common, F.expr("percentile(value_us, array(0.5, 0.9, 0.99))").alias("p"), F.lit(True).alias("exact"))
-    approx = rows.where(F.col("n") > exact_max).groupBy(*keys).agg(
+    approx = rows.where(is_big).groupBy(*keys).agg(
         *common, F.expr("percentile_approx(value_us, array(0.5, 0.9, 0.99), 10000)").cast("array<double>").alias("p"),
         F.lit(False).alias("exact"))
     out = exact.unionByName(approx)
@@ -168,6 +185,7 @@ def settlement(deliveries, caps, bucket_s: int):
     rows = with_buckets(rows, caps, bucket_s).select("*", F.explode(measures).alias("m")).select("*", "m.*")
     group = [*Frame.KEYS, "direction"]
     keys = [*group, "measure", "value"]
+    # rows: deliveries x entities (<= 8) x 2 buckets x 4 measures, then groupBy and a window over its groups: fewer
     out = rows.groupBy(*keys).agg(F.sum("w").cast("long").alias("count"), F.count("*").alias("rows"))
     out = out.withColumn("messages", F.max(F.when(F.col("measure") == "redelivered", F.col("rows"))).over(Window.partitionBy(*group)))
     out = out.withColumn("rate", F.col("count") / F.col("messages"))
@@ -218,6 +236,7 @@ def errors(frames, decode_errors, caps, bucket_s: int, anomalies=None):
         F.lit(None).cast("string").alias("raised_by"), F.lit(None).cast("int").alias("code"),
         F.concat(F.lit("frame:"), F.split("decode_error", ":")[0]).alias("condition"))
     first_ts = caps.select("capture_id", F.col("first_ts").alias("cap_ts"))
+    # rows: the broadcast join meets one row per capture: decode_errors
     # stage frame repeats a frames row's decode_error (counted above, with its dialect and channel)
     decode = decode_errors.where(F.col("stage") != STAGE_FRAME).join(F.broadcast(first_ts), "capture_id").select(
         "capture_id", F.coalesce("ts", "cap_ts", F.timestamp_micros(F.lit(0))).alias("ts"),
@@ -230,6 +249,7 @@ def errors(frames, decode_errors, caps, bucket_s: int, anomalies=None):
         [("connection", conn, conn, None),
          ("channel", F.when(F.col("kind") == "channel_exception", F.concat_ws("/", conn, ch)), conn, ch)])
     keys = [*Frame.KEYS, "kind", "raised_by", "code", "condition"]
+    # rows: (closes + bad frames + decode_errors) x 2 entities x 2 buckets, grouped
     out = with_buckets(rows, caps, bucket_s).groupBy(*keys).agg(F.count("*").alias("count"))
     return conform(add_row_id(out, keys), METRICS_ERRORS)
 
@@ -250,22 +270,25 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
         return []
     caps = F.broadcast(caps.where(F.col("capture_id").isin(list(pending))).drop("decoder_version").cache())
     read = lambda name: store.read(name).where(F.col("capture_id").isin(list(pending)))  # noqa: E731
-    frames = read("frames").cache()
-    deliveries = deliveries_with_queue(read("deliveries"), frames).cache()
+    frames = read("frames")
+    # rows: the frames that open, consume, close or failed to decode (a few per connection, channel and link,
+    # plus the bad ones); the whole frames table is only scanned by flow (column-pruned), never held
+    control = control_frames(frames).cache()
+    deliveries = deliveries_with_queue(read("deliveries").select(*DELIVERY_COLUMNS), control).cache()
     connections = read("connections")
     bucket_s, exact_max = conf["metrics.bucket"], conf["metrics.exact_percentile_max_rows"]
     tables = (
-        ("metrics_latency", latency(deliveries, read("request_responses"), connections, frames, caps, bucket_s, exact_max)),
+        ("metrics_latency", latency(deliveries, read("request_responses"), connections, control, caps, bucket_s, exact_max)),
         ("metrics_settlement", settlement(deliveries, caps, bucket_s)),
         ("metrics_flow", flow(read("flow_events"), connections, frames, caps, bucket_s)),
-        ("metrics_errors", errors(frames, read("decode_errors"), caps, bucket_s,  # last: its transaction marks the capture done
-                                  peer_anomalies(deliveries, read("flow_events")))),
+        ("metrics_errors", errors(control, read("decode_errors"), caps, bucket_s,  # last: its transaction marks the capture done
+                                  peer_anomalies(read("deliveries"), read("flow_events")))),
     )
     try:
         for name, df in tables:
             store.write(name, df, units=pending, run_id=run_id)
     finally:
-        frames.unpersist()
+        control.unpersist()
         deliveries.unpersist()
     return list(pending)
 

@@ -22,6 +22,7 @@ def _intervals(flow_events, connections, frames):
     order = frames.select("frame_id", "stream_offset")
     w = Window.partitionBy(*ENTITY).orderBy("ts", "stream_offset", "event_id")
     conn = connections.select("connection_id", "dialect", F.col("end_ts").alias("conn_end"))
+    # rows: frame_id and connection_id are unique on the right: flow_events; the window keeps them
     iv = (flow_events.join(order, "frame_id", "left").join(conn, "connection_id", "left")
           .withColumn("t0", F.unix_micros("ts"))
           .withColumn("t1", F.unix_micros(F.coalesce(F.lead("ts").over(w), "conn_end")))
@@ -40,6 +41,8 @@ def _cut(iv, caps, bucket_s: int):
     from pyspark.sql import functions as F
 
     b = bucket_s * 1_000_000
+    # rows: one caps row per capture; then each interval once per bucket it overlaps: an entity's intervals do not
+    # overlap, so rows <= intervals + entities x buckets of the capture (its duration / metrics.bucket), plus intervals
     iv = iv.drop("capture_date").join(caps.select("capture_id", "capture_date", "first_ts"), "capture_id")
     s0 = F.floor(F.col("t0") / b) * b
     s1 = F.floor(F.greatest(F.col("t1") - 1, F.col("t0")) / b) * b
@@ -59,6 +62,7 @@ def _state_metrics(flow_events, connections, frames, caps, bucket_s: int):
     ov = F.col("overlap_us")
     limited = F.col("prefetch_count") > 0
     during = lambda cond: F.sum(F.when(cond, ov).otherwise(0))  # noqa: E731
+    # rows: groupBy, fewer than the cut intervals
     agg = rows.groupBy(*Frame.KEYS).agg(
         F.sum(ov).alias("obs"),
         F.sum(F.when(limited, ov)).alias("pref_obs"),
@@ -104,6 +108,7 @@ def _heartbeat_metrics(connections, frames, caps, bucket_s: int):
 
     conn = connections.select("connection_id", "heartbeat", "server_idle_timeout_ms", "client_idle_timeout_ms")
     w = Window.partitionBy("connection_id", "direction").orderBy("ts", "stream_offset")
+    # rows: connection_id is unique in connections: frames (x 2 buckets), then grouped per bucket and connection
     f = (frames.select("capture_id", "connection_id", "direction", "dialect", "ts", "stream_offset", "frame_type")
          .join(conn, "connection_id").withColumn("interval_s", _heartbeat_interval_s())
          .withColumn("gap_s", (F.unix_micros("ts") - F.unix_micros(F.lag("ts").over(w))) / 1e6)

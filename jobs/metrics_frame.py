@@ -22,6 +22,7 @@ def with_entities(df, specs):
         structs.append(F.struct(F.lit(kind).alias("k"), name.cast("string").alias("e"),
                                 (none_s if conn is None else conn.cast("string")).alias("c"),
                                 (none_i if ch is None else ch.cast("int")).alias("ch")))
+    # rows: df x (1 + len(specs)), a constant (at most 8 in metrics)
     arr = F.filter(F.array(*structs), lambda s: s["e"].isNotNull())
     drop = [c for c in ("connection_id", "channel") if c in df.columns]
     return (df.select("*", F.explode(arr).alias("_ent")).drop(*drop)
@@ -48,6 +49,7 @@ def with_buckets(df, caps, bucket_s: int, ts: str = "ts"):
         F.struct(bucket_of(F.col(ts), bucket_s).alias("s"), F.lit(bucket_s).alias("n")),
         F.struct(F.coalesce("first_ts", epoch).alias("s"), F.lit(bucket_s * 0).alias("n")),
     )
+    # rows: caps has one row per capture, so df x 2
     return (df.join(caps.select("capture_id", "capture_date", "first_ts"), "capture_id")
             .select("*", F.explode(buckets).alias("_b"))
             .select("*", F.col("_b.s").alias("bucket_start"), F.col("_b.n").cast("int").alias("bucket_seconds"))

@@ -76,6 +76,7 @@ def with_window(t: Table, df, captures, slack_s: int):
         lo = us + bucket if c == "bucket_start" else us
         return judged & ((lo < F.col("_lo")) | (us > F.col("_hi")))
 
+    # rows: window has one row per capture (dropDuplicates): df
     return (df.join(F.broadcast(window), "capture_id", "left")
             .withColumn(ex.OUTSIDE_WINDOW, _listed([F.when(outside(c), _shown(c)) for c in ex.window_columns(t)]))
             .drop("_lo", "_hi"))
@@ -89,10 +90,13 @@ def with_reference(t: Table, df, column: str, target):
     out = ex.missing_column(column)
     if t.column(column).type.startswith("array<"):
         key = list(t.key)
+        # rows: the array's values; the anti join only drops; groupBy on the table key; the left join
+        # meets one row per key: df
         values = df.select(*key, F.explode(column).alias("_value"))
         missing = (values.join(keys, values["_value"] == keys["_ref"], "left_anti")
                    .groupBy(*key).agg(F.concat_ws(", ", F.sort_array(F.collect_set("_value"))).alias(out)))
         return df.join(missing, key, "left")
+    # rows: target holds distinct keys (one per _ref): df
     return (df.join(keys, df[column] == keys["_ref"], "left")
             .withColumn(out, F.when(F.col(column).isNotNull() & F.col("_ref").isNull(), F.col(column))).drop("_ref"))
 
@@ -100,6 +104,7 @@ def with_reference(t: Table, df, column: str, target):
 def with_connection_rows(captures, connections):
     from pyspark.sql import functions as F
 
+    # rows: one count per capture, joined to its one captures row: captures
     counts = connections.groupBy("capture_id").agg(F.count("*").alias(ex.CONNECTION_ROWS))
     return captures.join(counts, "capture_id", "left").fillna(0, [ex.CONNECTION_ROWS])
 
@@ -119,6 +124,7 @@ def with_accounting(connections, frames, decode_errors):
             *(F.sum(F.when(F.col("direction") == d, F.col(measure))).alias(f"{prefix}{d}") for d in ex.TO_SERVER_CLIENT))
 
     decoded = F.col("dialect").isNotNull() & (F.col("source") == SOURCE_CAPTURE)
+    # rows: each per_direction is grouped by connection_id, unique in connections: connections
     df = (connections.join(per_direction(frames, "size", "_f_"), "connection_id", "left")
           .join(per_direction(decode_errors.where(F.col("stage") != STAGE_FRAME), "length", "_e_"), "connection_id", "left"))
     for d in ex.TO_SERVER_CLIENT:

@@ -66,6 +66,7 @@ def _busiest(store, entity: str, event: str, n: int):
 
     keys = ["connection_id", "channel", "consumer_tag", "link_handle"]
     fe = store.read("flow_events").where(F.col("entity") == entity)
+    # rows: the top n keys (unique), so the inner join keeps at most fe's rows
     top = fe.where(F.col("event") == event).groupBy(*keys).count().orderBy(F.desc("count")).limit(n)
     top = top.select(*[F.col(k).alias(f"top_{k}") for k in keys])
     on = [fe[k].eqNullSafe(top[f"top_{k}"]) for k in keys]
@@ -100,6 +101,7 @@ def credit_figure(store, ax, n: int):
 def settlement_figure(store, ax):
     from pyspark.sql import functions as F
 
+    # rows: groupBy of the whole-capture outcome rows, fewer
     pdf = (store.read("metrics_settlement")
            .where((F.col("bucket_seconds") == 0) & (F.col("entity_kind") == "capture") & (F.col("measure") == "outcome"))
            .groupBy("dialect", "direction", "value").agg(F.sum("count").alias("n")).orderBy("dialect", "direction", "value").toPandas())
@@ -158,6 +160,7 @@ def top_tables(store, n: int) -> list[tuple[str, str, str, list[str], list[tuple
             .orderBy(F.desc("p99_us")).limit(n)
             .select("entity", "count", (F.col("p50_us") / 1000).alias("p50 ms"), (F.col("p99_us") / 1000).alias("p99 ms"),
                     (F.col("max_us") / 1000).alias("max ms")))
+    # rows (this and the next three): filtered metric rows, grouped or cut to the top n; no join
     nacked = (store.read("metrics_settlement").where(whole & F.col("entity_kind").isin("queue", "address")
                                                       & (F.col("measure") == "outcome") & F.col("value").isin(*OUTCOME_BAD))
               .groupBy("entity_kind", "entity").agg(F.sum("count").alias("negative"), F.max("messages").alias("messages"))

@@ -62,7 +62,7 @@ def broker_events_table(store, n: int):
     from pyspark.sql import functions as F
 
     df = (store.read("broker_events").where(F.col("event") != "other")
-          .groupBy("event").agg(F.count("*").alias("events"),
+          .groupBy("event").agg(F.count("*").alias("events"),  # rows: one per event kind
                                 F.sum(F.when(F.array_contains("sources", "capture"), 1).otherwise(0)).alias("joined to a capture"),
                                 F.min("ts").alias("first"), F.max("ts").alias("last"))
           .orderBy(F.desc("events")).limit(n))

@@ -44,7 +44,7 @@ METRICS_LATENCY = Table(
         C("method", "string", "publish | deliver | get-ok | transfer, or the request (queue.declare, attach, ...)"),
         C("count", "int64", "values measured", False),
         C("missing", "int64", "rows of the group with no value: never settled, never answered, or (end_to_end) a delivery whose publish "
-          "is not in the capture", False),
+          "is not in the capture or could not be told (see the metric definitions)", False),
         C("mean_us", "double", "mean"),
         C("p50_us", "double", "median"),
         C("p90_us", "double", "90th percentile"),
@@ -128,11 +128,23 @@ METRIC_DEFINITIONS = (
      "packets were captured."),
     ("metrics_latency", "amqp_handshake", "Connection set-up as the application feels it: SYN to connection.open-ok (0-9-1) or "
      "to the server's open (1.0); includes TCP, protocol header, SASL/connection.start/tune. Only when the SYN was captured."),
-    ("metrics_latency", "end_to_end", "Publish to delivery across connections: each message the broker delivered (basic.deliver, "
-     "get-ok, 1.0 transfer from the broker) is matched to the latest earlier publish in the same capture with the same "
-     "message-id, or, without a message-id, the same body hash, exchange and routing key. Deliveries with no such publish "
-     "(published before the capture started, or by a client not captured) count in missing. Counted in the bucket of the "
-     "delivery."),
+    ("metrics_latency", "end_to_end", "Publish to delivery across connections, for each message the broker delivered "
+     "(basic.deliver, get-ok, 0-10 message.transfer and 1.0 transfers from the broker), counted in the bucket of the "
+     "delivery. A message is known by its message-id where it has one, else by its body hash with where it was sent "
+     "(exchange and routing key; the link address for 1.0). Queues are first in, first out: in each queue the first "
+     "deliveries of a key take the publishes of that key in time order, the n-th the n-th, unless no publish of the key "
+     "is left at its time: then it is unmatched (published before the capture started, or by a client not captured) "
+     "and takes none. A redelivery (redelivered set) takes, in the same way and order, a requeued delivery of its key "
+     "and queue (nack or reject with requeue, recover, unacked at close, 0-10/1.0 released or modified) and so that "
+     "message's publish (a message requeued more than 4 times: unmatched from there on; 1.0 transfers carry no "
+     "redelivered flag, so a 1.0 redelivery counts as a first delivery). Unmatched deliveries count "
+     "in missing, nothing is guessed. Limits: a capture that starts while messages published before it are still "
+     "queued matches those deliveries to the first publishes it shows, once one has been seen (too short until the "
+     "backlog drains); a queue that does not deliver a key's messages in publish order (a priority queue holding "
+     "messages of several priorities) or a publish routed to only some of the queues bound "
+     "with its key (a binding added or removed during the capture) shifts the matches of that key in that queue; "
+     "a message published over one dialect and consumed over another matches only by message-id. Every step is a "
+     "window over a key or an equi-join on (key, rank): the rows stay linear in the deliveries."),
     ("metrics_settlement", "outcome", "Messages per outcome (deliveries.outcome: confirmed, returned, acked, nacked_requeue, "
      "rejected_drop, accepted, released, ...) and their share of the group's messages."),
     ("metrics_settlement", "settle_mode", "How messages were meant to be settled: confirm / tx / no_confirm publishes, "

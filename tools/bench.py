@@ -11,13 +11,15 @@ by size and seed, or given with ``--capture``), alternately ``--repeat`` times:
 (a) tshark ``-T fields`` with the fields the frames table needs
     (``-E occurrence=a``, output to /dev/null), timed, peak RSS from
     ``/usr/bin/time`` (or psutil polling);
-(b) the pipeline, pcap -> frames + deliveries: ``python -m tools.bench_pipeline``
-    (ingest-captures then lifecycle in one Spark session, ``--stages`` to
-    time only one) on a fresh lake with ``spark.master=local[2]``, in a
-    subprocess, timed end to end (JVM start included; session start and each
-    stage's time are reported too), with the peak RSS of the JVM, of the
-    Python driver and of the Python workers, from polling the process tree
-    every 0.2 s, and Spark's per-stage times from its event log.
+(b) the pipeline: the whole ``amqplens run`` (ingest-captures, lifecycle,
+    metrics, validate, report; ``--stages ingest,lifecycle`` for
+    ``python -m tools.bench_pipeline``, pcap -> frames + deliveries only) on a
+    fresh lake with ``spark.master=local[2]``, in a subprocess, timed end to
+    end (JVM start included) and stage by stage, with the peak RSS of the JVM,
+    of the Python driver and of the Python workers, from polling the process
+    tree every 0.2 s, overall and per stage (tools/bench_stages.py), and
+    Spark's per-stage times from its event log. Several sizes end with a
+    table of each stage's seconds per GB and their growth.
 
 Then the lake of the last run is checked against the generator's ground truth
 and against tshark's frame counts per type (a fast wrong answer does not
@@ -50,6 +52,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from tools.bench_stages import WHOLE_RUN, follow_stages, print_sweep, stage_lines
+from tools.gen_load import PROFILES
+
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1_000_000
 
@@ -79,25 +84,29 @@ def _median(xs: list[float]) -> float | None:
 # ---------------------------------------------------------------------------
 
 
-def ensure_capture(out: Path, size_mb: float, seed: int) -> tuple[Path, dict, dict | None]:
-    """The cached generated capture for (size, seed), generating it when missing or stale."""
-    from tools.gen_capture import GENERATOR_VERSION, generate, sidecar_path
+def ensure_capture(out: Path, size_mb: float, seed: int, profile: str = "mixed") -> tuple[Path, dict, dict | None]:
+    """The cached generated capture for (size, seed, profile), generating it when missing or stale.
 
-    path = out / f"capture-{size_mb:g}mb-seed{seed}.pcap"
+    Profiles: mixed (tools.gen_capture: every message its own body) or one of tools.gen_load's (real load).
+    """
+    from tools.gen_capture import GENERATOR_VERSION, generate, sidecar_path
+    from tools.gen_load import generate_load
+
+    path = out / (f"capture-{size_mb:g}mb-seed{seed}" + ("" if profile == "mixed" else f"-{profile}") + ".pcap")
     side = sidecar_path(path)
     if path.exists() and side.exists():
         try:
             truth = json.loads(side.read_text())
             g = truth.get("generator", {})
             if (g.get("size_mb") == size_mb and g.get("seed") == seed and g.get("version") == GENERATOR_VERSION
-                    and truth["file_bytes"] == path.stat().st_size):
+                    and g.get("profile", "mixed") == profile and truth["file_bytes"] == path.stat().st_size):
                 print(f"capture: {path} (cached, {truth['file_bytes'] / MB:.1f} MB, {truth['packets']} packets)")
                 return path, truth, None
         except (ValueError, KeyError):
             pass
-    print(f"capture: generating {path} ({size_mb:g} MB, seed {seed}) ...", flush=True)
+    print(f"capture: generating {path} ({size_mb:g} MB, seed {seed}, {profile}) ...", flush=True)
     t0, c0 = time.perf_counter(), time.process_time()
-    truth = generate(path, size_mb, seed=seed)
+    truth = generate(path, size_mb, seed=seed) if profile == "mixed" else generate_load(path, size_mb, profile=profile, seed=seed)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     gen = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
            "mb_per_s_wall": round(truth["file_bytes"] / MB / wall, 1),
@@ -149,6 +158,8 @@ class TreeSampler:
         self.peak = {"jvm": 0, "driver": 0, "workers_sum": 0, "worker_max": 0, "workers_count": 0,
                      "tree_sum": 0, "other": 0}
         self.samples = 0
+        self.phase: str | None = None  # set from outside (the stage running now): peaks per phase too
+        self.phase_peak: dict[str, dict[str, int]] = {}
         self.seen: dict[int, Any] = {}  # every process of the tree sampled, to wait for stragglers
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -209,6 +220,10 @@ class TreeSampler:
                        ("workers_count", wcount), ("tree_sum", total), ("other", other)):
             if v > pk[key]:
                 pk[key] = v
+        if self.phase is not None:
+            ph = self.phase_peak.setdefault(self.phase, {"jvm": 0, "driver": 0, "workers_sum": 0, "worker_max": 0})
+            for key, v in (("jvm", jvm), ("driver", driver), ("workers_sum", wsum), ("worker_max", wmax)):
+                ph[key] = max(ph[key], v)
         self.samples += 1
 
     def wait_tree(self, timeout: float = 60.0) -> None:
@@ -265,14 +280,19 @@ def run_tshark(tshark: str, path: Path, logs: Path, tag: str) -> dict:
     return {"wall_s": wall, "rc": rc, "peak_rss": peak, "stderr": str(err_file)}
 
 
-_STAGE_TIME = re.compile(r"^(session|ingest-captures|lifecycle): .*\(([\d.]+)s\)\s*$", re.M)
+_STAGE_TIME = re.compile(r"^(session|ingest-captures|lifecycle|metrics|validate|report): .*\(([\d.]+)s\)", re.M)
 
 
 def run_pipeline(exe: str, path: Path, lakes: Path, logs: Path, tag: str, master: str, sets: list[str],
-                 event_log: bool, stages: str = "ingest,lifecycle") -> dict:
+                 event_log: bool, stages: str = WHOLE_RUN) -> dict:
+    """One timed pipeline run in a subprocess: ``amqplens run`` (stages = "run") or tools.bench_pipeline."""
     lake = Path(tempfile.mkdtemp(prefix=f"lake-{tag}-", dir=lakes))
-    cmd = [exe, "-m", "tools.bench_pipeline", "--stages", stages, "--input", str(path), "--lake", str(lake),
-           "--set", f"spark.master={master}", "--set", "spark.ui_enabled=false", "--set", "spark.progress_bar=off"]
+    if stages == WHOLE_RUN:
+        cmd = [exe, "-m", "jobs.cli", "run", "--input", str(path), "--lake", str(lake),
+               "--set", f"report.out={lake / 'report'}"]
+    else:
+        cmd = [exe, "-m", "tools.bench_pipeline", "--stages", stages, "--input", str(path), "--lake", str(lake)]
+    cmd += ["--set", f"spark.master={master}", "--set", "spark.ui_enabled=false", "--set", "spark.progress_bar=off"]
     ev_dir = None
     if event_log:
         ev_dir = logs / f"eventlog-{tag}"
@@ -284,17 +304,23 @@ def run_pipeline(exe: str, path: Path, lakes: Path, logs: Path, tag: str, master
     for s in sets:
         cmd += ["--set", s]
     log_file = logs / f"pipeline-{tag}.log"
+    stage_peak: dict = {}
     with open(log_file, "wb") as log:
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT))
+        # unbuffered: each stage's line must arrive when the stage ends (follow_stages)
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=str(ROOT),
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
         if _have_psutil():
             with TreeSampler(p.pid) as sampler:
+                follow_stages(p.stdout, log, sampler)
                 rc = p.wait()
             wall = time.perf_counter() - t0  # the command has returned; its JVM may still be exiting
             sampler.wait_tree()
             peak = dict(sampler.peak)
+            stage_peak = sampler.phase_peak
             samples = sampler.samples
         else:
+            follow_stages(p.stdout, log, None)
             rc = p.wait()
             wall = time.perf_counter() - t0
             peak = {"tree_sum": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
@@ -303,7 +329,7 @@ def run_pipeline(exe: str, path: Path, lakes: Path, logs: Path, tag: str, master
     stage_s = {m.group(1): float(m.group(2)) for m in _STAGE_TIME.finditer(text)}
     jobs = [v for k, v in stage_s.items() if k != "session"]
     res = {"wall_s": wall, "rc": rc, "job_s": sum(jobs) if jobs else None, "stage_s": stage_s, "peak_rss": peak,
-           "rss_samples": samples, "log": str(log_file), "lake": str(lake), "command": cmd}
+           "stage_peak_rss": stage_peak, "rss_samples": samples, "log": str(log_file), "lake": str(lake), "command": cmd}
     if rc != 0:
         tail = "\n".join(text.strip().splitlines()[-12:])
         res["error_tail"] = tail
@@ -712,7 +738,7 @@ def bench_one(args, label: str, path: Path, truth: dict | None, gen: dict | None
     lakes.mkdir(parents=True, exist_ok=True)
     size = path.stat().st_size
     tshark = shutil.which("tshark")
-    exe = sys.executable  # runs tools.bench_pipeline: ingest-captures + lifecycle in one session
+    exe = sys.executable  # runs `amqplens run` (or tools.bench_pipeline: ingest-captures + lifecycle)
     result: dict[str, Any] = {
         "label": label, "capture": str(path), "file_bytes": size,
         "packets": truth["packets"] if truth else None,
@@ -752,6 +778,8 @@ def bench_one(args, label: str, path: Path, truth: dict | None, gen: dict | None
                   + ("" if r["rc"] == 0 else f"  FAILED (exit {r['rc']}), see {r['log']}"), flush=True)
             if r["rc"] != 0:
                 print("    " + r.get("error_tail", "").replace("\n", "\n    "))
+            else:
+                print("\n".join(stage_lines(r, size)), flush=True)
             last = i == args.repeat - 1
             if r["rc"] == 0 and last:
                 result["checks"] = check_lake(Path(r["lake"]), truth, tshark_frames)
@@ -886,6 +914,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", help="several sizes, comma-separated (e.g. 100,300,1000,2000)")
     ap.add_argument("--capture", type=Path, help="benchmark this capture instead of generating one")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", default="load", choices=("mixed", *PROFILES),
+                    help="what the generated capture holds: load (default; real load: repeating bodies, a hot queue, "
+                         "10,000 short-lived connections), issue19 (8 connections, the 300 MB capture of issue 19), "
+                         "mixed (tools.gen_capture: every message its own body)")
     ap.add_argument("--repeat", type=int, default=3, help="alternating runs of each side (default 3)")
     ap.add_argument("--out", default="bench-out", help="captures, logs and JSON results (default bench-out/)")
     ap.add_argument("--master", default="local[2]", help="spark.master for the pipeline (default local[2])")
@@ -901,8 +933,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-event-log", action="store_true",
                     help="do not record Spark's event log (used for the per-stage breakdown of the job)")
     ap.add_argument("--keep-going", action="store_true", help="repeat the pipeline even after it failed")
-    ap.add_argument("--stages", default="ingest,lifecycle",
-                    help="what the timed pipeline run does: ingest (-> frames), lifecycle (-> deliveries); default both")
+    ap.add_argument("--stages", default=WHOLE_RUN,
+                    help="what the timed pipeline run does: run (default: the whole `amqplens run`: ingest, lifecycle, "
+                         "metrics, validate, report), or of tools.bench_pipeline's: ingest (-> frames), lifecycle (-> deliveries)")
     ap.add_argument("--tls", action="store_true", help="only the TLS decryption benchmark (tools/bench_tls.py)")
     args = ap.parse_args(argv)
     if args.tls:
@@ -921,8 +954,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sizes = [float(s) for s in args.sizes.split(",")] if args.sizes else [args.size_mb]
         for s in sizes:
-            path, truth, gen = ensure_capture(out, s, args.seed)
-            jobs.append((f"{s:g}", path, truth, gen))
+            path, truth, gen = ensure_capture(out, s, args.seed, args.profile)
+            jobs.append((f"{s:g}" + ("" if args.profile == "mixed" else f"-{args.profile}"), path, truth, gen))
     results = []
     for label, path, truth, gen in jobs:
         print(f"\nbenchmark {label}: {path}", flush=True)
@@ -939,6 +972,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['file_bytes'] / MB:8.0f} MB  {ts.get('mb_per_s', '-'):>11}  {pp.get('mb_per_s', '-'):>13}  "
                   f"{r.get('ratio_pipeline_over_tshark', '-'):>5}  "
                   f"{_fmt_mb(pp.get('peak_rss_worker_max'))} / {_fmt_mb(pp.get('peak_rss_workers_sum'))}")
+        print_sweep(results)
     failed = any(r["pipeline"]["runs"] and not any(x["rc"] == 0 for x in r["pipeline"]["runs"]) for r in results)
     return 1 if failed else 0
 

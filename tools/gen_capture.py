@@ -189,27 +189,30 @@ class FrameFactory:
             kw["correlation_id"] = message_id
         return spec.BasicProperties(message_id=message_id, timestamp=timestamp, **kw)
 
-    def header(self, channel: int, variant: int, body_size: int, message_id: str, timestamp: int) -> bytes:
-        """Content header frame; ``message_id`` must be 36 ASCII characters (a UUID)."""
-        key = (channel, variant)
+    def header(self, channel: int, variant: int, body_size: int, message_id: str | None, timestamp: int) -> bytes:
+        """Content header frame; ``message_id`` must be 36 ASCII characters (a UUID), or None for none."""
+        key = (channel, variant, message_id is None)
         t = self._headers.get(key)
         if t is None:
-            raw = pika.frame.Header(channel, _SENT_SIZE,
-                                    self.properties(variant, _SENT_ID, _SENT_TS)).marshal()
+            props = self.properties(variant, _SENT_ID, _SENT_TS)
+            if message_id is None:
+                props.message_id = props.correlation_id = None
+            raw = pika.frame.Header(channel, _SENT_SIZE, props).marshal()
             size_off = raw.find(_Q.pack(_SENT_SIZE))
             ts_off = raw.find(_Q.pack(_SENT_TS))
             id_off = raw.find(_SENT_ID.encode())
             cid_off = raw.find(_SENT_ID.encode(), id_off + 36)
-            assert min(size_off, ts_off, id_off) >= 0
+            assert min(size_off, ts_off) >= 0 and (id_off >= 0) == (message_id is not None)
             t = self._headers[key] = (bytearray(raw), size_off, ts_off, id_off, cid_off)
         raw, size_off, ts_off, id_off, cid_off = t
         b = bytearray(raw)
         _Q.pack_into(b, size_off, body_size)
         _Q.pack_into(b, ts_off, timestamp)
-        mid = message_id.encode()
-        b[id_off:id_off + 36] = mid
-        if cid_off >= 0:
-            b[cid_off:cid_off + 36] = mid
+        if id_off >= 0:
+            mid = message_id.encode()
+            b[id_off:id_off + 36] = mid
+            if cid_off >= 0:
+                b[cid_off:cid_off + 36] = mid
         return bytes(b)
 
     @staticmethod
@@ -263,6 +266,7 @@ class _Channel:
     unconfirmed: list = field(default_factory=list)
     deliver_tag: int = 0
     unacked: list = field(default_factory=list)
+    held: dict = field(default_factory=dict)  # unacked delivery tag -> (body, routing key)
 
 
 @dataclass
@@ -388,8 +392,8 @@ class _Generator:
         self._count_method(f)
         return f
 
-    def _message_frames(self, conn: _Conn, ch: int, method_frame: bytes, parts: list, large: bool) -> None:
-        """Append method + header + body frames of one message to ``parts``."""
+    def _random_body(self, large: bool) -> tuple:
+        """(size, pool, offset, properties variant, message-id) of a message with a body of its own."""
         rng = self.rng
         rand = rng.random
         if large:
@@ -404,16 +408,20 @@ class _Generator:
             variant = int(rand() * len(_PROPS_VARIANTS))
         mid = "%032x" % rng.getrandbits(128)
         mid = f"{mid[:8]}-{mid[8:12]}-{mid[12:16]}-{mid[16:20]}-{mid[20:]}"
+        return size, pool, int(rand() * (len(pool) - size)), variant, mid
+
+    def _message_frames(self, conn: _Conn, ch: int, method_frame: bytes, parts: list, body: tuple) -> None:
+        """Append method + header + body frames of one message (``body`` as ``_random_body`` makes it) to ``parts``."""
+        size, pool, off, variant, mid = body
         ts_s = self.last_ts // 1_000_000
         parts.append(method_frame)
         parts.append(self.ff.header(ch, variant, size, mid, ts_s))
         fbt = self.frames_by_type
         fbt["header"] += 1
-        off = int(rand() * (len(pool) - size))
         maxfrag = conn.frame_max - 8
-        body = self.ff.body
+        frame = self.ff.body
         for o in range(0, size, maxfrag):
-            parts.append(body(ch, pool[off + o: off + min(size, o + maxfrag)]))
+            parts.append(frame(ch, pool[off + o: off + min(size, o + maxfrag)]))
             fbt["body"] += 1
         self.body_bytes += size
 
@@ -530,9 +538,11 @@ class _Generator:
         n = ch.number
         ff = self.ff
         for _ in range(k):
-            pf = ff.publish(n, ch.exchange, rng.choice(ch.routing_keys))
+            rk = self._publish_key(ch)
+            pf = ff.publish(n, ch.exchange, rk)
             self._count_method(pf)
-            self._message_frames(conn, n, pf, parts, self._large())
+            at = t + 12 * (sum(map(len, parts)) // MSS)  # the time of the segment its method frame starts in (send)
+            self._message_frames(conn, n, pf, parts, self.publish_body(ch, rk, at))
             ch.publish_seq += 1
             ch.unconfirmed.append(ch.publish_seq)
         self.messages_published += k
@@ -565,14 +575,15 @@ class _Generator:
         parts: list = []
         n = ch.number
         ff = self.ff
-        k = min(room, 1 + int(rng.expovariate(0.8)), 12)
-        for _ in range(k):
+        ready = self.deliveries_ready(ch, min(room, 1 + int(rng.expovariate(0.8)), 12), t)
+        for body, redelivered, rk in ready:
             ch.deliver_tag += 1
-            df = ff.deliver(n, ch.consumer_tag, ch.deliver_tag, rng.random() < 0.02, ch.exchange,
-                            rng.choice(ch.routing_keys))
+            df = ff.deliver(n, ch.consumer_tag, ch.deliver_tag, redelivered, ch.exchange, rk)
             self._count_method(df)
-            self._message_frames(conn, n, df, parts, self._large())
+            self._message_frames(conn, n, df, parts, body)
             ch.unacked.append(ch.deliver_tag)
+            ch.held[ch.deliver_tag] = (body, rk)
+        k = len(ready)
         self.messages_delivered += k
         if parts:
             t = self.send(u, t, conn, False, b"".join(parts))
@@ -581,15 +592,13 @@ class _Generator:
             acks: list = []
             tags = ch.unacked
             r = rng.random()
-            if r < 0.02:
-                f = ff.reject(n, tags[0], rng.random() < 0.5)
+            if r < 0.04:
+                requeue = rng.random() < 0.5
+                f = ff.reject(n, tags[0], requeue) if r < 0.02 else ff.nack(n, tags[0], False, requeue)
                 self._count_method(f)
                 acks.append(f)
-                tags = tags[1:]
-            elif r < 0.04:
-                f = ff.nack(n, tags[0], False, rng.random() < 0.5)
-                self._count_method(f)
-                acks.append(f)
+                if requeue:
+                    self.requeue(ch, [ch.held[tags[0]]])
                 tags = tags[1:]
             if tags:
                 if len(tags) > 1 and rng.random() < 0.5:
@@ -602,8 +611,31 @@ class _Generator:
                         self._count_method(f)
                         acks.append(f)
             ch.unacked = []
+            ch.held.clear()
             t = self.send(u, t, conn, True, b"".join(acks))
+        if not u:  # nothing to deliver, nothing to ack
+            return self.unit_heartbeat(t, conn)
         return u, t
+
+    # -- what the messages are: here each its own body; tools/gen_load.py models a broker's queues ----
+    def _publish_key(self, ch: _Channel) -> str:
+        return self.rng.choice(ch.routing_keys)
+
+    def publish_body(self, ch: _Channel, rk: str, t: int) -> tuple:
+        """The body of a message published at ``t`` with routing key ``rk``."""
+        return self._random_body(self._large())
+
+    def deliveries_ready(self, ch: _Channel, k: int, t: int) -> list:
+        """Up to ``k`` messages for the consumer of ``ch`` at ``t``: (body, redelivered, routing key)."""
+        rng = self.rng
+        out = []
+        for _ in range(k):
+            redelivered, rk = rng.random() < 0.02, rng.choice(ch.routing_keys)
+            out.append((self._random_body(self._large()), redelivered, rk))
+        return out
+
+    def requeue(self, ch: _Channel, messages: list) -> None:
+        """``messages`` ((body, routing key)) go back to their queue; here nothing models the queue."""
 
     def unit_heartbeat(self, t: int, conn: _Conn) -> tuple[list, int]:
         u: list = []
@@ -642,6 +674,18 @@ class _Generator:
         if ch.role == "pub":
             return self.unit_publish(t, conn, ch)
         return self.unit_deliver(t, conn, ch)
+
+    def unit_start(self, t: int) -> int:
+        """When the next unit starts (tools/gen_load.py keeps them in the order they are made)."""
+        return t
+
+    def opened_in_turn(self) -> list[_Conn]:
+        """The connections the run opens in turn and keeps open until the end."""
+        return list(self.conns)
+
+    def extra_unit(self, t: int) -> tuple[list, _Conn] | None:
+        """A unit that is not one of the open connections' (tools/gen_load.py: a short-lived connection)."""
+        return None
 
     # -- output -----------------------------------------------------------------
     def emit(self, p: tuple) -> None:
@@ -698,8 +742,8 @@ class _Generator:
 
     def run(self) -> dict:
         rng = self.rng
-        close_reserve = 700 * self.n_conns + 64 * 1024
-        pending = list(self.conns)  # not yet opened, in order
+        pending = self.opened_in_turn()  # not yet opened, in order
+        close_reserve = 700 * len(pending) + 64 * 1024
         idle: list[_Conn] = []
         heap: list = []
         lanes: list = [None] * self.n_lanes  # per lane: (packets of its current unit, connection)
@@ -707,8 +751,12 @@ class _Generator:
 
         def next_unit(lane: int, t: int) -> bool:
             stop = self.size_now() + close_reserve >= self.target
+            t = self.unit_start(t)
             conn = None
-            if pending and not stop and (not idle or rng.random() < 0.35):
+            extra = None if stop else self.extra_unit(t)
+            if extra is not None:
+                u, conn = extra
+            elif pending and not stop and (not idle or rng.random() < 0.35):
                 conn = pending.pop(0)
                 u, _ = self.unit_open(t, conn)
             elif idle:
@@ -818,6 +866,8 @@ def generate(
     frame_max_choices: tuple[int, ...] = (131072,),
     gap_us: int = 150,
     sidecar: bool = True,
+    generator=None,
+    profile: str = "mixed",
 ) -> dict:
     """Write an AMQP 0-9-1 capture of about ``size_mb`` MB (10^6 bytes) to ``path``.
 
@@ -828,8 +878,8 @@ def generate(
     path = Path(path)
     if connections is None:
         connections = default_connections(size_mb)
-    g = _Generator(path, size_mb, seed, connections, lanes, channels, large_fraction, large_size,
-                   small_size, heartbeat_fraction, frame_max_choices, gap_us)
+    g = (generator or _Generator)(path, size_mb, seed, connections, lanes, channels, large_fraction, large_size,
+                                  small_size, heartbeat_fraction, frame_max_choices, gap_us)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")
     with open(tmp, "wb") as fh:
@@ -838,7 +888,7 @@ def generate(
         g.written = 24
         truth = g.run()
     truth["generator"] = {
-        "version": GENERATOR_VERSION, "seed": seed, "size_mb": size_mb, "connections": connections, "lanes": lanes,
+        "version": GENERATOR_VERSION, "profile": profile, "seed": seed, "size_mb": size_mb, "connections": connections, "lanes": lanes,
         "channels": list(channels), "large_fraction": large_fraction, "large_size": list(large_size),
         "small_size": list(small_size), "heartbeat_fraction": heartbeat_fraction,
         "frame_max_choices": list(frame_max_choices), "gap_us": gap_us,
