@@ -43,7 +43,7 @@ td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top} 
 RENDERED = """<script>addEventListener('load',()=>{const d=document.body.dataset,i=[...document.images];
 d.imagesLoaded=i.filter(x=>x.complete&&x.naturalWidth>0).length+'/'+i.length;
 const p=[...document.querySelectorAll('.plotly-graph-div')];let t=0;(function check(){
-const ok=p.filter(x=>x.querySelector('.main-svg .plot')).length;d.plots=ok+'/'+p.length;
+const ok=p.filter(x=>x._fullLayout&&x.querySelector('.main-svg .cartesianlayer .trace')).length;d.plots=ok+'/'+p.length;
 if(ok<p.length&&++t<100)setTimeout(check,50);})();});</script>"""
 
 

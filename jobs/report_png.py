@@ -3,6 +3,7 @@ interactive ones; time axes through matplotlib's ConciseDateFormatter (``19:26:0
 
 from __future__ import annotations
 
+from jobs.explore import time_axis
 from jobs.report_data import OUTCOME_BAD
 
 
@@ -13,15 +14,6 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def time_axis(ax):
-    import matplotlib.dates as mdates
-
-    loc = mdates.AutoDateLocator()
-    ax.xaxis.set_major_locator(loc)
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(loc, show_offset=True))
-    ax.set_xlabel("time (UTC)")
 
 
 def empty(ax, what: str) -> bool:
@@ -83,5 +75,5 @@ def timeline(ax, conns, errs, spans, events, alarms) -> bool:
     ax.set_yticks(range(len(conns)), list(conns.conn_label), fontsize=6)
     ax.invert_yaxis()
     time_axis(ax)
-    ax.set_xlabel("time (UTC); blue: open, red: blocked, x: error close" + ("; " + ", ".join(logged) if logged else ""))
+    ax.set_xlabel(ax.get_xlabel() + "; blue: open, red: blocked, x: error close" + ("; " + ", ".join(logged) if logged else ""))
     return True
