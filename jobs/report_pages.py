@@ -92,7 +92,7 @@ def latencies(lat: pd.DataFrame) -> dict:
                                name=f"{name} {q}", legendgroup=name, line=dict(dash=dash), text=text,
                                hovertemplate=f"%{{x}}<br>{q} %{{y:.3f}} ms<br>%{{text}}<extra>{name}</extra>"))
     return figure("Latencies per time bucket (metrics_latency)", 460, traces, legend=dict(orientation="h", y=-0.3),
-                  xaxis={**TIME_AXIS, "title": dict(text="time bucket (UTC)")},
+                  xaxis=bucket_axis(per_bucket),
                   yaxis=dict(type="log", title=dict(text="milliseconds (log scale)")))
 
 
@@ -104,4 +104,13 @@ def outcomes(out: pd.DataFrame) -> dict:
         traces.append(dict(type="bar", x=vals(g.bucket_start), y=vals(g["count"]), name=name,
                            hovertemplate=f"%{{x}}<br>%{{y:,}} messages<extra>{name}</extra>"))
     return figure("Deliveries by outcome per time bucket (metrics_settlement)", 400, traces, barmode="stack",
-                  xaxis={**TIME_AXIS, "title": dict(text="time bucket (UTC)")}, yaxis=dict(title=dict(text="messages")))
+                  xaxis=bucket_axis(out[out.bucket_seconds > 0]), yaxis=dict(title=dict(text="messages")))
+
+
+def bucket_axis(rows: pd.DataFrame) -> dict:
+    """A time axis half a bucket either side of the buckets drawn (one bucket is not a zero-width range)."""
+    axis = {**TIME_AXIS, "title": dict(text="time bucket (UTC)")}
+    if len(rows):
+        half = pd.Timedelta(seconds=int(rows.bucket_seconds.max()) / 2)
+        axis["range"] = vals([rows.bucket_start.min() - half, rows.bucket_start.max() + half])
+    return axis
