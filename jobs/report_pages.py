@@ -7,7 +7,7 @@ import hashlib
 
 import pandas as pd
 
-from jobs.report_plots import COLOURS, TIME_AXIS, blocked_spans, error_text, esc, figure, lines, vals
+from jobs.report_plots import COLOURS, TIME_AXIS, blocked_spans, error_text, esc, figure, frame_what, lines, vals
 
 OPENERS = {"open", "open-ok", "begin", "attach"}
 
@@ -15,10 +15,6 @@ OPENERS = {"open", "open-ok", "begin", "attach"}
 def page_name(connection_id: str) -> str:
     """The page's file name under connections/ (stable: a short hash of the id)."""
     return hashlib.sha256(connection_id.encode()).hexdigest()[:16] + ".html"
-
-
-def _what(r) -> str:
-    return r.performative if isinstance(r.performative, str) else f"{r.class_name}.{r.method_name}"
 
 
 def _row_key(r) -> str:
@@ -41,7 +37,7 @@ def timeline(conn, frames: pd.DataFrame, flows: pd.DataFrame, blocked: pd.DataFr
     spans = [(conn.start_ts, conn.end_ts, 0, esc(f"connection ({conn.end_reason})"))]
     for k, g in frames.groupby([_row_key(r) for r in frames.itertuples()]) if len(frames) else []:
         if k != "connection":
-            end = conn.end_ts if _what(list(g.itertuples())[-1]).split(".")[-1] in OPENERS else g.ts.max()
+            end = conn.end_ts if frame_what(list(g.itertuples())[-1]).split(".")[-1] in OPENERS else g.ts.max()
             spans.append((g.ts.min(), end, y_of[k], esc(names.get(k, k))))
     traces = [lines(spans, line=dict(width=10, color=COLOURS["open"]), name="open",
                     hovertemplate="%{text}<br>%{x}<extra>open</extra>")]
@@ -57,7 +53,7 @@ def timeline(conn, frames: pd.DataFrame, flows: pd.DataFrame, blocked: pd.DataFr
     if len(frames):
         traces.append(dict(type="scatter", mode="markers", x=vals(frames.ts), y=[y_of[_row_key(r)] for r in frames.itertuples()],
                            marker=dict(size=9, color="#444", symbol="line-ns-open"), name="frames",
-                           text=[esc(f"{_what(r)} ({r.direction}, ch {r.channel})") for r in frames.itertuples()],
+                           text=[esc(f"{frame_what(r)} ({r.direction}, ch {r.channel})") for r in frames.itertuples()],
                            hovertemplate="%{x}<br>%{text}<extra></extra>"))
     if len(errs):
         rows = [y_of.get(f"ch {int(r.channel)}" if not pd.isna(r.channel) and r.class_name != "connection" else "connection", 0)

@@ -44,7 +44,7 @@ def vals(values) -> list:
     """JSON-ready values: timestamps as ``YYYY-MM-DD HH:MM:SS.ffffff`` (UTC, what plotly.js parses), NaN/NaT as null."""
     out = []
     for v in values:
-        if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NaT:
+        if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v)):
             out.append(None)
         elif isinstance(v, (pd.Timestamp, dt.datetime)):
             out.append(v.strftime("%Y-%m-%d %H:%M:%S.%f"))
@@ -172,8 +172,13 @@ def blocked_spans(blocked: pd.DataFrame, conns: pd.DataFrame) -> list[tuple]:
     return out + [(cid, start, ends.get(cid, start), reason) for cid, (start, reason) in since.items()]
 
 
+def frame_what(r) -> str:
+    """A frame row as its method (``channel.close``) or 1.0 performative (``detach``)."""
+    return r.performative if isinstance(r.performative, str) else f"{r.class_name}.{r.method_name}"
+
+
 def error_text(r) -> str:
-    what = r.performative if isinstance(r.performative, str) else f"{r.class_name}.{r.method_name}"
+    what = frame_what(r)
     code = "" if pd.isna(r.reply_code) else f" {int(r.reply_code)}"
     why = r.error_condition if isinstance(r.error_condition, str) else (r.reply_text if isinstance(r.reply_text, str) else "")
     return esc(f"{what}{code} {why} (ch {r.channel}, {r.direction})")

@@ -10,7 +10,6 @@ import re
 
 import pytest
 
-from tests.conftest import DATA
 from tests.metrics.browser import Browser, chromium
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
