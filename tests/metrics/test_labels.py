@@ -39,7 +39,7 @@ def broker_names(name: str) -> tuple[set, set, set]:
     return conns, chans, queues
 
 
-@pytest.mark.parametrize("name", ["consume_prefetch_ack", "nack_reject", "publish_confirms", "channel_error"])
+@pytest.mark.parametrize("name", ["consume_prefetch_ack", "nack_reject", "publish_confirms", "connection_forced", "basic_get"])
 def test_connections_channels_and_queues_are_named_as_rabbitmq_names_them(metrics_lake, name):
     _, store, _ = metrics_lake
     got = labels(store, name)
@@ -78,3 +78,13 @@ def test_every_metric_row_has_a_label(metrics_lake):
     _, store, _ = metrics_lake
     for t in TABLES:
         assert store.read(t).where("entity_label is null or entity_label = ''").count() == 0, t
+
+
+def test_ipv6_endpoints_are_bracketed_as_rabbitmq_prints_them(metrics_lake):
+    """RabbitMQ names an IPv6 connection "[::1]:50528 -> [::1]:5672" (rabbit_misc:ntoab); the demo has one."""
+    _, store, _ = metrics_lake
+    six = store.read("connections").where("ip_version = 6").collect()
+    assert six
+    got = {r.entity: r.entity_label for r in store.read("metrics_latency").where("entity_kind = 'connection'").collect()}
+    for c in six:
+        assert got[c.connection_id].startswith(f"[{c.client_ip}]:{c.client_port} -> [{c.server_ip}]:{c.server_port}")

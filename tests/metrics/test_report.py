@@ -107,3 +107,20 @@ def test_hover_shows_exact_values(report_dir, metrics_lake, tmp_path):
     dialect, direction, outcome, n = re.search(r"(\S+) (\S+) (\S+): ([\d,]+) messages", text).groups()
     rows = store.read("deliveries").where(f"dialect = '{dialect}' and direction = '{direction}' and outcome = '{outcome}'")
     assert int(n.replace(",", "")) == rows.count() > 0
+
+
+def test_series_are_capped_and_keep_their_peaks(metrics_lake):
+    """At most ``points`` + 1 steps per entity however many events it has, and the highest in-flight count survives
+    (compared with the raw flow_events rows)."""
+    from pyspark.sql import functions as F
+
+    from jobs import report_data
+
+    _, store, _ = metrics_lake
+    series = report_data.busiest_series(store, "channel", "deliver", ["in_flight"], 2, 3)
+    assert series.groupby(["connection_id", "channel"]).size().between(1, 4).all()
+    for (conn, ch), g in series.groupby(["connection_id", "channel"]):
+        raw = store.read("flow_events").where((F.col("entity") == "channel") & (F.col("connection_id") == conn)
+                                              & (F.col("channel") == int(ch)))
+        assert g.in_flight.max() == raw.agg(F.max("in_flight")).first()[0]
+        assert raw.count() > 4  # the busiest channels have more events than the cap
