@@ -203,7 +203,8 @@ def render_connection(store, c, frames, flows, blocked, errs, lat, out) -> str:
     facts = [("connection_id", c.connection_id), ("capture_id", c.capture_id), ("dialect", c.dialect),
              ("start (UTC)", c.start_ts), ("end (UTC)", c.end_ts), ("seconds", c.duration_us / 1e6), ("frames", c.frames),
              ("bytes to server / client", f"{c.bytes_to_server:,} / {c.bytes_to_client:,}"), ("ended", c.end_reason),
-             ("close", " ".join(str(v) for v in (c.close_code, c.close_text, c.close_condition) if not pd.isna(v)))]
+             ("close", " ".join(str(v) for v in (None if pd.isna(c.close_code) else int(c.close_code), c.close_text,
+                                                 c.close_condition) if v is not None and not pd.isna(v)))]
     whole = lat[lat.bucket_seconds == 0]
     lat_rows = [(r.metric, r.method, r.direction, r.count, r.missing, r.p50_us / 1000, r.p99_us / 1000, r.max_us / 1000)
                 for r in whole.itertuples()]

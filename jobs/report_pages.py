@@ -98,6 +98,7 @@ def outcomes(out: pd.DataFrame) -> dict:
     for (direction, value), g in out[out.bucket_seconds > 0].groupby(["direction", "value"]):
         name = esc(f"{direction} {value}")
         traces.append(dict(type="bar", x=vals(g.bucket_start), y=vals(g["count"]), name=name,
+                           width=vals(g.bucket_seconds * 800),  # ms on a date axis: 80% of the bucket
                            hovertemplate=f"%{{x}}<br>%{{y:,}} messages<extra>{name}</extra>"))
     return figure("Deliveries by outcome per time bucket (metrics_settlement)", 400, traces, barmode="stack",
                   xaxis=bucket_axis(out[out.bucket_seconds > 0]), yaxis=dict(title=dict(text="messages")))
