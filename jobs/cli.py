@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         stage = sub.add_parser(name, help=help_)
         _common(stage, inputs=False)
         stage.add_argument("--capture-id", action="append", help="only these captures (default: every capture in the lake)")
-    rp = sub.add_parser("report", help="write the HTML report (PNG plots, top-N tables) of the lake")
+    rp = sub.add_parser("report", help="write the HTML report (interactive plots, PNG copies, top-N tables, a page per connection)")
     _common(rp, inputs=False)
     rp.add_argument("--out", metavar="DIR", help="report folder (config report.out)")
     _common(sub.add_parser("demo", help="run the pipeline on the bundled demo capture and print a summary"), inputs=False)

@@ -226,6 +226,8 @@ SPEC: dict[str, Rule] = {
     "report.out": _str(),
     "report.top_n": _int(1),
     "report.busiest": _int(1),
+    "report.connection_pages": _int(0),
+    "report.max_points": _int(10),
     "validate.enabled": _bool(),
     "validate.critical": _names(_EXPECTATION_PATTERNS),
     "validate.warning": _names(_EXPECTATION_PATTERNS),

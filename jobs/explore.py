@@ -21,6 +21,22 @@ from schemas import table as table_def
 US_PER_MS = 1000.0
 
 
+def time_axis(ax) -> None:
+    """UTC times as people write them (``19:26:05``, ``19:26:05.250``; the day in the axis title), not
+    matplotlib's ``26:05.250000``. Call after plotting."""
+    import matplotlib.dates as mdates
+    from matplotlib.ticker import FuncFormatter
+
+    def hms(x, _pos):
+        text = mdates.num2date(x).strftime("%H:%M:%S.%f")[:-3]
+        return text[:-4] if text.endswith(".000") else text
+
+    ax.xaxis.set_major_locator(mdates.AutoDateLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(hms))
+    lo, hi = (mdates.num2date(x).strftime("%Y-%m-%d") for x in ax.get_xlim())
+    ax.set_xlabel(f"time (UTC), {lo}" + (f" .. {hi}" if hi != lo else ""))
+
+
 def read(lake: str, name: str, capture_id: str | None = None, columns: list[str] | None = None) -> pd.DataFrame:
     """One table's current snapshot (only ``capture_id``'s rows when given); empty with its columns if absent."""
     try:
@@ -35,12 +51,27 @@ def _endpoint(ip: pd.Series, port: pd.Series) -> pd.Series:
     return ip + ":" + port.astype(str)
 
 
+def entity_labels(lake: str, capture_id: str | None = None) -> dict:
+    """{entity: entity_label}: how the metric tables name connections, channels, consumers and links
+    (``10.0.0.5:51234 -> 10.0.0.9:5672 "orders" ch 1``), read from their whole-capture rows."""
+    cols = ["bucket_seconds", "entity", "entity_label"]
+    rows = pd.concat([read(lake, t, capture_id, cols) for t in ("metrics_latency", "metrics_flow")], ignore_index=True)
+    rows = rows[rows.bucket_seconds == 0].drop_duplicates("entity")
+    return dict(zip(rows.entity, rows.entity_label))
+
+
+def _labelled(keys: pd.Series, labels: dict) -> pd.Series:
+    """Each metric entity key as its label (the key itself where the metrics job has not run)."""
+    return keys.map(lambda k: labels.get(k, k))
+
+
 # ------------------------------------------------------------- connections
 def connection_summary(lake: str, capture_id: str | None = None) -> pd.DataFrame:
     """One row per connection in start order: endpoints, dialect, duration, bytes each way and how it ended."""
     c = read(lake, "connections", capture_id)
     out = pd.DataFrame({
         "connection_id": c.connection_id,
+        "label": _labelled(c.connection_id, entity_labels(lake, capture_id)),
         "client": _endpoint(c.client_ip, c.client_port),
         "server": _endpoint(c.server_ip, c.server_port),
         "dialect": c.dialect,
@@ -93,9 +124,9 @@ def connection_timeline(summary: pd.DataFrame, limit: int = 40) -> Figure:
                 color=colours.get(c.end_reason, "black"), label=c.end_reason)
     handles = dict(zip(*reversed(ax.get_legend_handles_labels())))
     ax.legend(handles.values(), handles.keys(), title="ended by", fontsize=7)
-    ax.set_yticks(range(len(s)), [f"{c.dialect or '?'} {c.client}" for c in s.itertuples()], fontsize=7)
+    ax.set_yticks(range(len(s)), [f"{c.dialect or '?'} {c.label}" for c in s.itertuples()], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("time (UTC)")
+    time_axis(ax)
     ax.set_title(f"connections ({len(s)} of {len(summary)})")
     return fig
 
@@ -140,18 +171,21 @@ def latency_cdf(samples: pd.DataFrame, top: int = 8) -> Figure:
 
 # ------------------------------------------------------------ flow control
 def in_flight(lake: str, capture_id: str | None = None) -> pd.DataFrame:
-    """0-9-1 unacknowledged deliveries and prefetch per channel over time (flow_events of channels)."""
+    """0-9-1 unacknowledged deliveries and prefetch per channel over time (flow_events of channels), ``channel_key``
+    the channel's entity_label."""
     f = read(lake, "flow_events", capture_id, ["connection_id", "channel", "entity", "ts", "event", "in_flight", "prefetch_count"])
     f = f[(f.entity == "channel") & f.in_flight.notna()].sort_values("ts")
-    f = f.assign(channel_key=f.connection_id.str[:8] + "/" + f.channel.astype(str))
+    f = f.assign(channel_key=_labelled(f.connection_id + "/" + f.channel.astype(str), entity_labels(lake, capture_id)))
     return f[["channel_key", "connection_id", "channel", "ts", "event", "in_flight", "prefetch_count"]].reset_index(drop=True)
 
 
 def link_credit(lake: str, capture_id: str | None = None) -> pd.DataFrame:
-    """1.0 link credit per link over time (flow_events of links)."""
+    """1.0 link credit per link over time (flow_events of links), ``link_key`` the link's entity_label."""
     f = read(lake, "flow_events", capture_id, ["connection_id", "channel", "link_handle", "entity", "ts", "event", "link_credit"])
     f = f[(f.entity == "link") & f.link_credit.notna()].sort_values("ts")
-    f = f.assign(link_key=f.connection_id.str[:8] + "/" + f.channel.astype(str) + "/" + f.link_handle.astype("Int64").astype(str))
+    handle = ("/handle " + f.link_handle.astype("Int64").astype(str)).where(f.link_handle.notna(), "")  # as metrics_flow names it
+    key = f.connection_id + "/" + f.channel.astype(str) + handle
+    f = f.assign(link_key=_labelled(key, entity_labels(lake, capture_id)))
     return f[["link_key", "connection_id", "ts", "event", "link_credit"]].reset_index(drop=True)
 
 
@@ -184,7 +218,7 @@ def step_figure(frame: pd.DataFrame, key: str, value: str, title: str, top: int 
         if limit is not None and (g[limit] > 0).any():
             ax.step(g.ts, g[limit], where="post", linestyle="--", color=line[0].get_color(), label=f"{k} {limit}")
     ax.set_title(title)
-    ax.set_xlabel("time (UTC)")
+    time_axis(ax)
     if len(frame):
         ax.legend(fontsize=7)
     return fig

@@ -18,6 +18,7 @@ from amqp_decode import __version__
 from amqp_decode.pipeline import STAGE_FRAME
 from jobs.config import Config
 from jobs.ingest_captures import conform
+from jobs.labels import label_maps, with_labels
 from jobs.lake import TableStore
 from jobs.metrics_e2e import end_to_end
 from jobs.metrics_flow import flow
@@ -276,6 +277,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     control = control_frames(frames).cache()
     deliveries = deliveries_with_queue(read("deliveries").select(*DELIVERY_COLUMNS), control).cache()
     connections = read("connections")
+    labels = label_maps(read("captures"), connections, frames)
     bucket_s, exact_max = conf["metrics.bucket"], conf["metrics.exact_percentile_max_rows"]
     tables = (
         ("metrics_latency", latency(deliveries, read("request_responses"), connections, control, caps, bucket_s, exact_max)),
@@ -286,7 +288,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     )
     try:
         for name, df in tables:
-            store.write(name, df, units=pending, run_id=run_id)
+            store.write(name, with_labels(df, labels), units=pending, run_id=run_id)
     finally:
         control.unpersist()
         deliveries.unpersist()

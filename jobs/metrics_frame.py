@@ -57,7 +57,9 @@ def with_buckets(df, caps, bucket_s: int, ts: str = "ts"):
 
 
 def add_row_id(df, keys):
+    """The row id, and an ``entity_label`` placeholder that ``jobs.labels.with_labels`` fills in the metrics job."""
     from pyspark.sql import functions as F
 
     parts = [F.coalesce(F.col(k).cast("string"), F.lit("\\N")) for k in keys]
-    return df.withColumn("metric_row_id", F.sha2(F.concat_ws("|", *parts), 256))
+    return (df.withColumn("metric_row_id", F.sha2(F.concat_ws("|", *parts), 256))
+            .withColumn("entity_label", F.lit(None).cast("string")))

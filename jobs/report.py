@@ -1,11 +1,17 @@
-"""The report: one static HTML page with PNG plots (matplotlib, Agg) and top-N tables, from the lake.
+"""The report: static HTML pages with interactive plots (plotly), PNG copies, top-N tables and one page per connection.
 
 amqplens report --lake DIR --out DIR
 
-Every figure and table names the table and filter it was drawn from, with a
-link to that table's folder in the lake. The data behind the plots is small
-(per-connection time series and per-capture metric rows), so it is collected
-to pandas on the driver.
+``<out>/index.html`` is the overview; ``<out>/connections/<hash>.html`` a page per
+connection (those that ended in an error, then the busiest, ``report.connection_pages``
+in all), linked from the overview's table and timeline. The pages load
+``<out>/plotly.min.js``, copied from the plotly wheel, so they work offline and
+from ``file://`` with no network; plotly rather than vega-lite/altair because its
+wheel carries the whole library (altair's inline HTML needs vl-convert or
+altair_viewer besides) and one JS file serves every page. Each overview figure is
+also written as a PNG (matplotlib) for e-mail. Every figure and table names the
+table and filter it was drawn from; every query is an aggregate, a top-N or capped
+per connection (jobs/report_data.py), so the report of a 2 GB capture stays small.
 """
 
 from __future__ import annotations
@@ -15,141 +21,60 @@ import html
 import pathlib
 import sys
 
+import pandas as pd
+
+from jobs import report_data as data
+from jobs import report_pages as pages
+from jobs import report_plots as plots
+from jobs import report_png as png
 from jobs.config import Config
 from jobs.lake import TableStore
+from jobs.report_logs import alarm_intervals, broker_event_rows, broker_events_table
 
-OUTCOME_BAD = ("nacked_requeue", "nacked_drop", "rejected_requeue", "rejected_drop", "rejected", "released", "modified")
+PLOTLY_JS = "plotly.min.js"
+# Frames per connection page (open/close/attach/... and error closes) and channel.flow changes.
+PAGE_EVENT_CAP = 2000
+STYLE = """body{font-family:sans-serif;max-width:1200px;margin:2em auto;color:#222;padding:0 1em}
+figure{margin:2em 0} figcaption{font-size:90%;color:#555} table{border-collapse:collapse;font-size:85%}
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top} code{font-size:95%}
+.plot{min-height:200px} nav{font-size:90%}"""
+# Lets a headless browser (the report test) and a reader see that every plot and image rendered:
+# <body data-plots="k/n" data-images-loaded="k/n">.
+RENDERED = """<script>addEventListener('load',()=>{const d=document.body.dataset,i=[...document.images];
+d.imagesLoaded=i.filter(x=>x.complete&&x.naturalWidth>0).length+'/'+i.length;
+const p=[...document.querySelectorAll('.plotly-graph-div')];let t=0;(function check(){
+const ok=p.filter(x=>x._fullLayout&&x.querySelector('.main-svg .cartesianlayer .trace')).length;d.plots=ok+'/'+p.length;
+if(ok<p.length&&++t<100)setTimeout(check,50);})();});</script>"""
 
 
 class Figure:
     def __init__(self, name: str, title: str, table: str, where: str):
         self.name, self.title, self.table, self.where = name, title, table, where
         self.drawn = False  # set once the figure showed data
+        self.div = ""
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _empty(ax, what: str):
-    ax.text(0.5, 0.5, f"no {what} in this lake", ha="center", va="center", transform=ax.transAxes)
-    ax.set_axis_off()
-    return False
+def _cell(v) -> str:
+    if isinstance(v, float):
+        return "" if pd.isna(v) else f"{v:,.2f}"
+    if isinstance(v, (pd.Timestamp, dt.datetime)):
+        return html.escape(v.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3])
+    return html.escape("" if v is None else str(v))
 
 
-def latency_figure(store, ax):
-    from pyspark.sql import functions as F
-
-    d = store.read("deliveries").where(F.col("settle_latency_us").isNotNull()
-                                       & ~F.col("settle_mode").isin("auto_ack", "no_confirm") & (F.col("outcome") != "presettled"))
-    d = d.select(F.concat_ws(" ", "dialect", "method", "direction").alias("what"), F.col("settle_latency_us").alias("us"))
-    r = store.read("request_responses").where(F.col("latency_us").isNotNull()).select(
-        F.concat_ws(" ", "dialect", "request").alias("what"), F.col("latency_us").alias("us"))
-    pdf = d.unionByName(r).limit(500_000).toPandas()
-    if pdf.empty:
-        return _empty(ax, "latencies")
-    groups = pdf.groupby("what")["us"]
-    order = groups.median().sort_values().index.tolist()[-25:]
-    ax.boxplot([groups.get_group(g).clip(lower=1) / 1000 for g in order], orientation="horizontal", tick_labels=order, showfliers=True)
-    ax.set_xscale("log")
-    ax.set_xlabel("milliseconds (log scale)")
-    return True
+def table_html(cols, rows, raw: set = frozenset()) -> str:
+    """An HTML table; values escaped except the columns in ``raw`` (links this module built)."""
+    if not rows:
+        return "<p>(none)</p>"
+    head = "<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>"
+    return head + "".join("<tr>" + "".join(f"<td>{v if c in raw else _cell(v)}</td>" for c, v in zip(cols, r)) + "</tr>"
+                          for r in rows) + "</table>"
 
 
-def _busiest(store, entity: str, event: str, n: int):
-    from pyspark.sql import functions as F
-
-    keys = ["connection_id", "channel", "consumer_tag", "link_handle"]
-    fe = store.read("flow_events").where(F.col("entity") == entity)
-    # rows: the top n keys (unique), so the inner join keeps at most fe's rows
-    top = fe.where(F.col("event") == event).groupBy(*keys).count().orderBy(F.desc("count")).limit(n)
-    top = top.select(*[F.col(k).alias(f"top_{k}") for k in keys])
-    on = [fe[k].eqNullSafe(top[f"top_{k}"]) for k in keys]
-    return fe.join(top, on, "inner").select(*fe.columns).orderBy("ts").toPandas()
-
-
-def inflight_figure(store, ax, n: int):
-    pdf = _busiest(store, "channel", "deliver", n)
-    if pdf.empty:
-        return _empty(ax, "0-9-1 deliveries")
-    for (conn, ch), g in pdf.groupby(["connection_id", "channel"]):
-        line = ax.step(g.ts, g.in_flight, where="post", label=f"{conn[:8]}/{ch} in flight")
-        if (g.prefetch_count > 0).any():
-            ax.step(g.ts, g.prefetch_count, where="post", linestyle="--", color=line[0].get_color(), label=f"{conn[:8]}/{ch} prefetch")
-    ax.set_ylabel("messages")
-    ax.legend(fontsize=7)
-    return True
-
-
-def credit_figure(store, ax, n: int):
-    pdf = _busiest(store, "link", "transfer", n)
-    if pdf.empty:
-        return _empty(ax, "1.0 links")
-    for (conn, ch, h), g in pdf.groupby(["connection_id", "channel", "link_handle"]):
-        ax.step(g.ts, g.link_credit, where="post", label=f"{conn[:8]}/{ch}/handle {int(h)}")
-    ax.set_yscale("symlog")
-    ax.set_ylabel("link credit (symlog)")
-    ax.legend(fontsize=7)
-    return True
-
-
-def settlement_figure(store, ax):
-    from pyspark.sql import functions as F
-
-    # rows: groupBy of the whole-capture outcome rows, fewer
-    pdf = (store.read("metrics_settlement")
-           .where((F.col("bucket_seconds") == 0) & (F.col("entity_kind") == "capture") & (F.col("measure") == "outcome"))
-           .groupBy("dialect", "direction", "value").agg(F.sum("count").alias("n")).orderBy("dialect", "direction", "value").toPandas())
-    if pdf.empty:
-        return _empty(ax, "deliveries")
-    labels = [f"{r.dialect} {r.direction} {r.value}" for r in pdf.itertuples()]
-    colors = ["tab:red" if v in OUTCOME_BAD else "tab:green" for v in pdf.value]
-    ax.barh(labels, pdf.n, color=colors)
-    ax.set_xscale("log")
-    ax.set_xlabel("messages (log scale); red: negative outcomes")
-    return True
-
-
-def timeline_figure(store, ax, limit: int = 40):
-    from pyspark.sql import functions as F
-
-    conns = store.read("connections").where(F.col("ip_version") != 0).orderBy("start_ts").limit(limit).select(  # 0: a Proton trace, no clock
-        "connection_id", "client_port", "dialect", "start_ts", "end_ts", "end_reason").toPandas()
-    if conns.empty:
-        return _empty(ax, "connections")
-    ids = list(conns.connection_id)
-    blocked = store.read("flow_events").where((F.col("entity") == "connection") & F.col("connection_id").isin(ids)) \
-        .orderBy("ts").select("connection_id", "ts", "blocked").toPandas()
-    errs = store.read("frames").where(F.col("connection_id").isin(ids) & (
-        ((F.col("method_name") == "close") & (F.col("reply_code") != 200)) | F.col("error_condition").isNotNull())) \
-        .select("connection_id", "ts").toPandas()
-    for y, c in enumerate(conns.itertuples()):
-        ax.plot([c.start_ts, c.end_ts], [y, y], color="tab:blue", linewidth=4, solid_capstyle="butt")
-        ax.plot([c.end_ts], [y], marker="|", color="black", markersize=10)
-        b = blocked[blocked.connection_id == c.connection_id]
-        since = None
-        for r in b.itertuples():
-            if r.blocked and since is None:
-                since = r.ts
-            elif not r.blocked and since is not None:
-                ax.plot([since, r.ts], [y, y], color="tab:red", linewidth=8, solid_capstyle="butt")
-                since = None
-        if since is not None:
-            ax.plot([since, c.end_ts], [y, y], color="tab:red", linewidth=8, solid_capstyle="butt")
-        e = errs[errs.connection_id == c.connection_id]
-        ax.plot(e.ts, [y] * len(e), linestyle="none", marker="x", color="tab:orange", markersize=9)
-    from jobs.report_logs import draw_broker_events
-
-    logged = draw_broker_events(store, ax, conns)
-    ax.set_yticks(range(len(conns)), [f"{c.dialect or '?'} :{c.client_port} ({c.end_reason})" for c in conns.itertuples()], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("time (UTC); blue: open, red: blocked, x: error close, |: end" + ("; " + ", ".join(logged) if logged else ""))
-    return True
+def page_html(title: str, body: list[str], js: str) -> str:
+    return "\n".join([f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{STYLE}</style><script src="{js}"></script></head><body>""", *body, RENDERED, "</body></html>\n"])
 
 
 def top_tables(store, n: int) -> list[tuple[str, str, str, list[str], list[tuple]]]:
@@ -158,20 +83,18 @@ def top_tables(store, n: int) -> list[tuple[str, str, str, list[str], list[tuple
     whole = F.col("bucket_seconds") == 0
     slow = (store.read("metrics_latency").where(whole & (F.col("metric") == "deliver_settle") & (F.col("entity_kind") == "consumer"))
             .orderBy(F.desc("p99_us")).limit(n)
-            .select("entity", "count", (F.col("p50_us") / 1000).alias("p50 ms"), (F.col("p99_us") / 1000).alias("p99 ms"),
-                    (F.col("max_us") / 1000).alias("max ms")))
-    # rows (this and the next three): filtered metric rows, grouped or cut to the top n; no join
+            .select(F.col("entity_label").alias("consumer"), "count", (F.col("p50_us") / 1000).alias("p50 ms"),
+                    (F.col("p99_us") / 1000).alias("p99 ms"), (F.col("max_us") / 1000).alias("max ms")))
     nacked = (store.read("metrics_settlement").where(whole & F.col("entity_kind").isin("queue", "address")
-                                                      & (F.col("measure") == "outcome") & F.col("value").isin(*OUTCOME_BAD))
-              .groupBy("entity_kind", "entity").agg(F.sum("count").alias("negative"), F.max("messages").alias("messages"))
-              .orderBy(F.desc("negative")).limit(n))
+                                                      & (F.col("measure") == "outcome") & F.col("value").isin(*data.OUTCOME_BAD))
+              .groupBy("entity_label").agg(F.sum("count").alias("negative"), F.max("messages").alias("messages"))
+              .orderBy(F.desc("negative")).limit(n).withColumnRenamed("entity_label", "queue or address"))
     starved = (store.read("metrics_flow").where(whole & (F.col("metric") == "zero_credit_us") & (F.col("value") > 0))
                .orderBy(F.desc("value")).limit(n)
-               .select("entity", (F.col("value") / 1000).alias("ms at zero credit"), (F.col("observed_us") / 1000).alias("ms observed")))
+               .select(F.col("entity_label").alias("link"), (F.col("value") / 1000).alias("ms at zero credit"),
+                       (F.col("observed_us") / 1000).alias("ms observed")))
     errors = (store.read("metrics_errors").where(whole & (F.col("entity_kind") == "capture"))
               .groupBy("kind", "raised_by", "code", "condition").agg(F.sum("count").alias("count")).orderBy(F.desc("count")).limit(n))
-    from jobs.report_logs import broker_events_table
-
     out = []
     for title, table, where, df in (
         ("Slowest consumers (deliver -> ack, p99)", "metrics_latency",
@@ -188,77 +111,162 @@ def top_tables(store, n: int) -> list[tuple[str, str, str, list[str], list[tuple
     return out
 
 
-def _cell(v) -> str:
-    if isinstance(v, float):
-        return f"{v:,.2f}"
-    return html.escape("" if v is None else str(v))
-
-
-def render_html(store, figures: list[Figure], tables, generated: str) -> str:
-    link = lambda t: f'<a href="{html.escape(store.uri(t))}"><code>{t}</code></a>'  # noqa: E731
-    parts = [f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>amqplens report</title>
-<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}} img{{max-width:100%;border:1px solid #ddd}}
-figure{{margin:2em 0}} figcaption{{font-size:90%;color:#555}} table{{border-collapse:collapse;font-size:85%}}
-td,th{{border:1px solid #ccc;padding:2px 6px;text-align:left}} code{{font-size:95%}}</style></head><body>
-<h1>amqplens report</h1>
-<p>Lake <code>{html.escape(store.root)}</code>, generated {html.escape(generated)}. Metric definitions:
-<code>docs/tables.md</code>, section "Metric definitions".</p>"""]
-    for f in figures:
-        parts.append(f'<figure id="{f.name}" class="{"drawn" if f.drawn else "empty"}"><h2>{html.escape(f.title)}</h2><img src="{f.name}.png" alt="{html.escape(f.title)}">'
-                     f"<figcaption>Source: {link(f.table)} where {html.escape(f.where)}.</figcaption></figure>")
-    for title, table, where, cols, rows in tables:
-        parts.append(f"<h2>{html.escape(title)}</h2><p>Source: {link(table)} where {html.escape(where)}.</p>")
-        if not rows:
-            parts.append("<p>(none)</p>")
-            continue
-        parts.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>")
-        parts += ["<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in r) + "</tr>" for r in rows]
-        parts.append("</table>")
-    # Lets a headless browser (the report test) say whether every figure really loaded.
-    parts.append("<script>addEventListener('load',()=>{const i=[...document.images];"
-                 "document.body.dataset.imagesLoaded=i.filter(x=>x.complete&&x.naturalWidth>0).length+'/'+i.length;});</script>")
-    parts.append("</body></html>\n")
-    return "\n".join(parts)
-
-
-def run(spark, conf: Config, out: str | None = None) -> pathlib.Path:
-    """Write <out>/index.html and its PNGs; returns the page's path."""
-    plt = _plt()
-    store = TableStore(spark, conf["lake.root"])
-    out_dir = pathlib.Path(out or conf["report.out"]).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    n = conf["report.busiest"]
-    figures = [
+def _figures(store, conf, conns, blocked, errs, events, alarms, out_dir: pathlib.Path) -> list[Figure]:
+    """The overview's figures: plotly divs, and each also a PNG next to the page."""
+    n, points = conf["report.busiest"], conf["report.max_points"]
+    stats = data.latency_stats(store)
+    inflight = data.busiest_series(store, "channel", "deliver", ["in_flight", "prefetch_count"], n, points)
+    credit = data.busiest_series(store, "link", "transfer", ["link_credit"], n, points)
+    ids = sorted(set(inflight.connection_id) | set(credit.connection_id))
+    labels = data.entity_labels(store, ("channel", "link"), ids)
+    chan = lambda r: f"{r.connection_id}/{r.channel}"  # noqa: E731  (metrics_flow's entity names)
+    link = lambda r: f"{r.connection_id}/{r.channel}/handle {int(r.link_handle)}"  # noqa: E731
+    outcomes = data.outcomes(store)
+    spans = plots.blocked_spans(blocked, conns)
+    href = lambda cid: f"connections/{pages.page_name(cid)}" if cid in paged(conns) else None  # noqa: E731
+    defs = [
         (Figure("latency", "Latency distributions per dialect and method", "deliveries",
-                "settle_latency_us is not null and settle_mode not in (auto_ack, no_confirm), plus request_responses.latency_us"
-                " (summaries: metrics_latency where bucket_seconds = 0 and entity_kind = 'capture')"),
-         lambda ax: latency_figure(store, ax), (10, 7)),
+                "settle_latency_us is not null and settle_mode not in (auto_ack, no_confirm), plus request_responses.latency_us; "
+                "quantiles by percentile_approx (summaries: metrics_latency where bucket_seconds = 0 and entity_kind = 'capture')"),
+         not stats.empty, lambda: plots.latency_box(stats), lambda ax: png.latency(ax, stats), (10, 7)),
         (Figure("inflight", f"In flight vs prefetch, {n} busiest channels", "flow_events",
-                f"entity = 'channel', the {n} channels with the most 'deliver' events"),
-         lambda ax: inflight_figure(store, ax, n), (10, 4)),
+                f"entity = 'channel', the {n} channels with the most 'deliver' events; at most {points} points each "
+                "(per-interval maxima beyond); labels from metrics_flow.entity_label"),
+         not inflight.empty, lambda: plots.step_series(inflight, labels, chan, "in_flight", "In flight vs prefetch", "messages",
+                                                       "prefetch_count"),
+         lambda ax: png.steps(ax, inflight, labels, chan, "in_flight", "messages", "prefetch_count"), (10, 4)),
         (Figure("credit", f"Link credit over time, {n} busiest links", "flow_events",
-                f"entity = 'link', the {n} links with the most 'transfer' events"),
-         lambda ax: credit_figure(store, ax, n), (10, 4)),
+                f"entity = 'link', the {n} links with the most 'transfer' events; at most {points} points each"),
+         not credit.empty, lambda: plots.step_series(credit, labels, link, "link_credit", "Link credit", "link credit", log=True),
+         lambda ax: png.steps(ax, credit, labels, link, "link_credit", "link credit (symlog)", log=True), (10, 4)),
         (Figure("settlement", "Settlement outcomes", "metrics_settlement",
                 "bucket_seconds = 0 and entity_kind = 'capture' and measure = 'outcome', summed over captures"),
-         lambda ax: settlement_figure(store, ax), (10, 5)),
+         not outcomes.empty, lambda: plots.outcome_bars(outcomes), lambda ax: png.outcomes(ax, outcomes), (10, 5)),
         (Figure("timeline", "Connection timeline", "connections",
-                "the first 40 connections by start_ts (Proton-trace connections, which have no clock, left out); blocked from "
-                "flow_events where entity = 'connection'; errors from frames where a close carries reply_code != 200 or an "
-                "error_condition; broker log events (channel errors, abrupt closes, alarm intervals) from broker_events"),
-         lambda ax: timeline_figure(store, ax), (11, 7)),
+                "the first 40 connections by start_ts and those with a page (Proton-trace connections, which have no clock, "
+                "left out); blocked from flow_events where entity = 'connection'; errors from frames where a close carries "
+                "reply_code != 200 or an error_condition; broker log events (channel errors, abrupt closes, alarm intervals) "
+                "from broker_events; a label links to the connection's page"),
+         not conns.empty, lambda: plots.connection_timeline(conns, blocked, errs, events, alarms, href),
+         lambda ax: png.timeline(ax, conns, errs, spans, events, alarms), (11, 7)),
     ]
-    for fig_def, draw, size in figures:
+    plt = png.pyplot()
+    figures = []
+    for fig_def, drawn, interactive, static, size in defs:
+        fig_def.drawn = drawn
+        fig_def.div = plots.div(interactive(), f"plot-{fig_def.name}") if drawn else "<p>(nothing to draw in this lake)</p>"
         fig, ax = plt.subplots(figsize=size)
-        fig_def.drawn = bool(draw(ax))
+        static(ax)
         ax.set_title(fig_def.title)
         fig.tight_layout()
         fig.savefig(out_dir / f"{fig_def.name}.png", dpi=90)
         plt.close(fig)
+        figures.append(fig_def)
+    return figures
+
+
+def paged(conns) -> set:
+    return set(conns.connection_id[conns.page])
+
+
+def connections_table(conns) -> str:
+    rows = []
+    for c in conns[conns.page].sort_values(["bad_end", "frames"], ascending=False).itertuples():
+        link = f'<a href="connections/{pages.page_name(c.connection_id)}">{html.escape(c.conn_label)}</a>'
+        ended = c.end_reason + (f", close {int(c.close_code)}" if not pd.isna(c.close_code) else "") + \
+            (f", {c.close_condition}" if isinstance(c.close_condition, str) else "")
+        rows.append((link, c.dialect, c.start_ts, f"{c.duration_us / 1e6:,.3f}", f"{c.frames:,}", ended, c.errors))
+    return table_html(["connection", "dialect", "start (UTC)", "seconds", "frames", "ended", "errors"], rows, raw={"connection"})
+
+
+def render_overview(store, figures: list[Figure], tables, conns, generated: str) -> str:
+    link = lambda t: f'<a href="{html.escape(store.uri(t))}"><code>{t}</code></a>'  # noqa: E731
+    body = [f"""<h1>amqplens report</h1>
+<p>Lake <code>{html.escape(store.root)}</code>, generated {html.escape(generated)}. Metric definitions:
+<code>docs/tables.md</code>, section "Metric definitions". Plots zoom (drag), pan, show exact values on hover and
+hide a series on a click in the legend; double-click resets. Each has a PNG copy beside this page.</p>""",
+            f"<h2>Connections with a page</h2><p>Source: {link('connections')}: those that ended in an error (a close "
+            f"other than 200, an error condition, a reset), then the most frames; {int(conns.page.sum())} of the "
+            f"connections (<code>report.connection_pages</code>).</p>", connections_table(conns)]
+    for f in figures:
+        body.append(f'<figure id="{f.name}" class="{"drawn" if f.drawn else "empty"}"><h2>{html.escape(f.title)}</h2>'
+                    f'<div class="plot">{f.div}</div><figcaption>Source: {link(f.table)} where {html.escape(f.where)}. '
+                    f'<a href="{f.name}.png">PNG</a></figcaption></figure>')
+    for title, table, where, cols, rows in tables:
+        body.append(f"<h2>{html.escape(title)}</h2><p>Source: {link(table)} where {html.escape(where)}.</p>")
+        body.append(table_html(cols, rows))
+    return page_html("amqplens report", body, PLOTLY_JS)
+
+
+def render_connection(store, c, frames, flows, blocked, errs, lat, out) -> str:
+    link = lambda t: f'<a href="{html.escape(store.uri(t))}"><code>{t}</code></a>'  # noqa: E731
+    facts = [("connection_id", c.connection_id), ("capture_id", c.capture_id), ("dialect", c.dialect),
+             ("start (UTC)", c.start_ts), ("end (UTC)", c.end_ts), ("seconds", c.duration_us / 1e6), ("frames", c.frames),
+             ("bytes to server / client", f"{c.bytes_to_server:,} / {c.bytes_to_client:,}"), ("ended", c.end_reason),
+             ("close", " ".join(str(v) for v in (None if pd.isna(c.close_code) else int(c.close_code), c.close_text,
+                                                 c.close_condition) if v is not None and not pd.isna(v)))]
+    whole = lat[lat.bucket_seconds == 0]
+    lat_rows = [(r.metric, r.method, r.direction, r.count, r.missing, r.p50_us / 1000, r.p99_us / 1000, r.max_us / 1000)
+                for r in whole.itertuples()]
+    body = [f'<nav><a href="../index.html">overview</a></nav><h1>{html.escape(c.conn_label)}</h1>',
+            table_html(["", ""], facts),
+            f"<h2>Timeline</h2>{plots.div(pages.timeline(c, frames, flows, blocked, errs), 'plot-timeline')}"
+            f"<p>Source: {link('frames')} (connection, channel, session and link open/close frames, at most "
+            f"{PAGE_EVENT_CAP}; error closes), {link('flow_events')} (connection.blocked, channel.flow).</p>",
+            f"<h2>Latencies</h2>{plots.div(pages.latencies(lat), 'plot-latency') if len(lat) else '<p>(none)</p>'}"
+            f"<p>Source: {link('metrics_latency')} where entity_kind = 'connection' and this connection_id.</p>",
+            table_html(["metric", "method", "direction", "count", "missing", "p50 ms", "p99 ms", "max ms"], lat_rows),
+            f"<h2>Deliveries by outcome</h2>{plots.div(pages.outcomes(out), 'plot-outcomes') if len(out) else '<p>(none)</p>'}"
+            f"<p>Source: {link('metrics_settlement')} where entity_kind = 'connection' and measure = 'outcome'.</p>",
+            table_html(["direction", "outcome", "messages"],
+                       [(r.direction, r.value, r.count) for r in out[out.bucket_seconds == 0].itertuples()])]
+    return page_html(f"amqplens: {c.conn_label}", body, f"../{PLOTLY_JS}")
+
+
+def write_connection_pages(store, conns, blocked, errs, out_dir: pathlib.Path) -> list[pathlib.Path]:
+    mine = conns[conns.page]
+    ids = list(mine.connection_id)
+    if not ids:
+        return []
+    frames, flows = data.lifecycle_frames(store, ids, PAGE_EVENT_CAP)
+    lat, out = data.connection_metrics(store, ids)
+    folder = out_dir / "connections"
+    folder.mkdir(exist_ok=True)
+    written = []
+    for c in mine.itertuples():
+        of = lambda df: df[df.connection_id == c.connection_id]  # noqa: E731
+        path = folder / pages.page_name(c.connection_id)
+        path.write_text(render_connection(store, c, of(frames), of(flows), of(blocked), of(errs), of(lat), of(out)))
+        written.append(path)
+    return written
+
+
+def write_plotly_js(out_dir: pathlib.Path) -> None:
+    """plotly.js from the plotly wheel (package_data/plotly.min.js), copied unless the same file is there."""
+    import importlib.resources
+
+    source = importlib.resources.files("plotly") / "package_data" / PLOTLY_JS
+    target = out_dir / PLOTLY_JS
+    js = source.read_bytes()
+    if not target.exists() or target.read_bytes() != js:
+        target.write_bytes(js)
+
+
+def run(spark, conf: Config, out: str | None = None) -> pathlib.Path:
+    """Write <out>/index.html, its PNGs, plotly.min.js and <out>/connections/*.html; returns the overview's path."""
+    store = TableStore(spark, conf["lake.root"])
+    out_dir = pathlib.Path(out or conf["report.out"]).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_plotly_js(out_dir)
+    conns = data.connections(store, conf["report.connection_pages"])
+    ids = list(conns.connection_id)
+    blocked, errs = data.blocked_and_errors(store, ids, PAGE_EVENT_CAP)
+    events, alarms = broker_event_rows(store, ids), alarm_intervals(store)
+    figures = _figures(store, conf, conns, blocked, errs, events, alarms, out_dir)
+    write_connection_pages(store, conns, blocked, errs, out_dir)
     page = out_dir / "index.html"
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    page.write_text(render_html(store, [f for f, _, _ in figures], top_tables(store, conf["report.top_n"]), generated))
+    page.write_text(render_overview(store, figures, top_tables(store, conf["report.top_n"]), conns, generated))
     return page
 
 

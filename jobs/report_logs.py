@@ -16,13 +16,9 @@ MARKS = {
 ALARM_COLOURS = {"memory": "gold", "disk": "tan"}
 
 
-def draw_broker_events(store, ax, conns) -> list[str]:
-    """Markers for each plotted connection's log events, and shaded alarm intervals; the legend words used."""
-    from pyspark.sql import functions as F
-
-    ids = list(conns.connection_id)
-    events = (store.read("broker_events").where(F.col("connection_id").isin(ids) & F.col("event").isin(*MARKS))
-              .select("connection_id", "ts", "event").toPandas())
+def draw_broker_events(ax, conns, events, alarms) -> list[str]:
+    """Markers for each plotted connection's log events (``broker_event_rows``), and shaded alarm intervals
+    (``alarm_intervals``); the legend words used."""
     used = []
     for y, c in enumerate(conns.itertuples()):
         mine = events[events.connection_id == c.connection_id]
@@ -32,11 +28,20 @@ def draw_broker_events(store, ax, conns) -> list[str]:
                 ax.plot(at, [y] * len(at), linestyle="none", marker=marker, color=colour, markersize=7)
                 used.append(words)
     lo, hi = conns.start_ts.min(), conns.end_ts.max()
-    for resource, start, end in alarm_intervals(store):
+    for resource, start, end in alarms:
         if end is None or end >= lo and start <= hi:
             ax.axvspan(max(start, lo), min(end or hi, hi), color=ALARM_COLOURS.get(resource, "khaki"), alpha=0.3, zorder=0)
             used.append(f"{resource} alarm (log)")
     return sorted(set(used))
+
+
+def broker_event_rows(store, ids: list[str]):
+    """(connection_id, ts, event) of the logged events drawn on the given connections' lines."""
+    from pyspark.sql import functions as F
+
+    # the connections' error and abrupt-close events: a handful per connection of ids
+    return (store.read("broker_events").where(F.col("connection_id").isin(ids) & F.col("event").isin(*MARKS))
+            .select("connection_id", "ts", "event").toPandas())
 
 
 def alarm_intervals(store) -> list[tuple]:

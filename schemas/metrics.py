@@ -23,6 +23,10 @@ _LEADING = (
     C("entity_kind", "string", f"what the row is about: {ENTITY_KINDS}", False),
     C("entity", "string", "the entity's name: connection_id, connection_id/channel, connection_id/channel/consumer tag or link name, "
       "queue, exchange ('(default)' for ''), 1.0 address; the capture_id for entity_kind capture", False),
+    C("entity_label", "string", "the entity as an operator names it (jobs/labels.py): the capture file's name; "
+      "'client ip:port -> server ip:port \"connection name\"' (0-9-1 connection_name client property or 1.0 container-id) "
+      "for a connection, then ' ch N', ' consumer TAG queue Q', ' link NAME', ' session ch N'; 'queue Q', 'exchange X', "
+      "'address A'", False),
     C("connection_id", "string", "the connection, for connection, channel, consumer, link and session rows"),
     C("channel", "int32", "the channel (0-9-1) or session channel (1.0), for channel, consumer, link and session rows"),
     C("dialect", "string", "0-9-1 | 1.0 | ... (null where a row spans dialects)"),
