@@ -25,6 +25,7 @@ from amqp_decode import __version__
 from amqp_decode import pipeline
 from amqp_decode.capture import plan_splits, sniff_format
 from amqp_decode.codecs import DecodeOptions
+from jobs import progress
 from jobs.config import Config
 from jobs.inputs import CaptureFile, capture_files
 from jobs.lake import TableStore
@@ -144,13 +145,26 @@ def frame_rows(out):
     return contract_batch(FRAMES, frame, {"frame_id": frame_id, "capture_id": out.column("capture_id"), "source": source})
 
 
-def decode_and_stage_frames(batches, options: pipeline.Options, staged: StagedTable, task: int | None = None):
+def read_counted_splits(batches, options: pipeline.Options, read_bytes=None):
+    """``pipeline.read_splits``, adding each split's length to the ``read_bytes`` accumulator once it is read."""
+    def counted():
+        for batch in batches:
+            yield batch
+            if read_bytes is not None:
+                read_bytes.add(sum(r["end"] - r["start"] for r in batch.select(["start", "end"]).to_pylist()))
+
+    return pipeline.read_splits(counted(), options)
+
+
+def decode_and_stage_frames(batches, options: pipeline.Options, staged: StagedTable, task: int | None = None,
+                            frames_decoded=None):
     """``pipeline.decode_flows``, with its frame batches written to the frames table's staging folder by this task.
 
     Frames are most of stage 2's rows, and the wide frames table is the costliest
     thing Spark's row-by-row Parquet writer writes: here they go from Arrow to
     Parquet in the worker and never cross into the JVM. The other rows pass
     through, plus one ``staged_file`` row (meta: unit, path, rows) per file.
+    ``frames_decoded``: an accumulator of the frames written (the CLI's progress line).
     """
     import pyarrow as pa
 
@@ -159,6 +173,8 @@ def decode_and_stage_frames(batches, options: pipeline.Options, staged: StagedTa
     for out in pipeline.decode_flows(batches, options):
         if out.num_rows and out.column(0)[0].as_py() == "frame":
             writer.write(out.column(1)[0].as_py(), frame_rows(out))
+            if frames_decoded is not None:
+                frames_decoded.add(out.num_rows)
         else:
             yield out
     for f in writer.close():
@@ -188,13 +204,15 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
         from_arrow_schema(pipeline.SPLITS_SCHEMA)
     )
     packets = splits.mapInArrow(
-        functools.partial(pipeline.read_splits, options=options), from_arrow_schema(pipeline.PACKETS_OUT_SCHEMA)
+        functools.partial(read_counted_splits, options=options, read_bytes=progress.counter(spark, "bytes read")),
+        from_arrow_schema(pipeline.PACKETS_OUT_SCHEMA),
     )
     staged = store.stage("frames", run_id)
     flows = (
         packets.repartition(shuffle_partitions(spark, conf), "flow_key")
         .sortWithinPartitions("capture_id", "flow_key", "ts_us", "record_offset")
-        .mapInArrow(functools.partial(decode_and_stage_frames, options=options, staged=staged),
+        .mapInArrow(functools.partial(decode_and_stage_frames, options=options, staged=staged,
+                                      frames_decoded=progress.counter(spark, "frames")),
                     from_arrow_schema(options.flows_schema))
         .persist(StorageLevel.DISK_ONLY)
     )

@@ -96,6 +96,19 @@ class TableStore:
         df = self.spark.read.schema(schema).option("basePath", self.uri(name)).parquet(*files)
         return df.select(*t.column_names)
 
+    def rows(self, name: str, units) -> int:
+        """Rows the table holds for these ``replace_by`` values, from the Delta log's file statistics (no Spark job).
+
+        Every file amqplens writes holds one unit and says so in its min/max statistics (``_place_files``).
+        """
+        dt = self.delta(name)
+        if dt is None:
+            return 0
+        (rkey,) = table_def(name).replace_by
+        actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
+        wanted = set(units)
+        return sum(n for n, lo in zip(actions.get("num_records", []), actions.get(f"min.{rkey}", [])) if lo in wanted)
+
     # ----------------------------------------------------------------- write
     def check_schema(self, t: Table, df) -> None:
         want = {f.name: f.dataType for f in t.spark_schema().fields}

@@ -4,7 +4,12 @@ spark-submit jobs/validate.py --lake DIR [--capture-id ID ...] [--run-id R] [--c
 
 Each table is read once, filtered to the run's captures (default: every capture
 in the lake), given the extra columns the cross-row checks need (quality.py),
-cached, and handed to its GX checkpoint as the batch parameter ``dataframe``.
+and handed to its GX checkpoint as the batch parameter ``dataframe``: a table
+slice of at most ``validate.pandas_max_rows`` rows (the Delta log's statistics
+tell, without a Spark job) is collected once and validated by GX's pandas
+engine, all its expectations in memory; a larger one is cached and validated by
+GX's Spark engine, a few Spark jobs per table. Both engines evaluate the same
+suites into the same results and data docs (a test runs both on the same lake).
 GX runs in an ephemeral context whose only files are under ``<lake>/_quality``:
 the validation results (``validations/``) and the data docs (``data_docs/``),
 next to one JSON summary per run (``runs/<run_id>.json``). A failed critical
@@ -117,14 +122,18 @@ def gx_context(quality: pathlib.Path):
     return gx.get_context(mode="ephemeral", project_config=config)
 
 
+SPARK, PANDAS = "spark", "pandas"  # the GX engine a table's batch is validated by
+
+
 class Suites:
-    """One data source; per table an asset, its suite, a validation definition and a checkpoint; the data docs site."""
+    """A data source per engine; per table an asset, its suite, a validation definition and a checkpoint; the docs site."""
 
     def __init__(self, context, settings, sample_keys: int):
         import great_expectations as gx
 
         self.gx, self.context, self.settings, self.sample_keys = gx, context, settings, sample_keys
-        self.source = context.data_sources.add_spark(name="lake", persist=False)  # batches come cached
+        self.sources = {SPARK: context.data_sources.add_spark(name="lake", persist=False),  # batches come cached
+                        PANDAS: context.data_sources.add_pandas(name="lake_small")}
         self.checkpoints: dict = {}
         self.stored: list = []  # the validation results of this run, for the data docs
 
@@ -132,36 +141,37 @@ class Suites:
         """Render this run's results and the index once: each build compiles GX's page templates anew."""
         self.context.build_data_docs(site_names=[SITE], resource_identifiers=self.stored)
 
-    def checkpoint(self, t: Table, only: set[str] | None = None):
+    def checkpoint(self, t: Table, engine: str, only: set[str] | None = None):
         """The table's checkpoint, or (``only``) one of just those checks that also returns samples of offending rows."""
         from schemas.expectations import suite
 
         gx = self.gx
         s = suite(t, self.settings, only)
-        if s.name in self.checkpoints:
-            return self.checkpoints[s.name]
+        if (s.name, engine) in self.checkpoints:
+            return self.checkpoints[s.name, engine]
         s = self.context.suites.add(s)
-        asset = self.source.add_dataframe_asset(name=s.name)
+        asset = self.sources[engine].add_dataframe_asset(name=s.name)
         definition = self.context.validation_definitions.add(
             gx.ValidationDefinition(name=s.name, data=asset.add_batch_definition_whole_dataframe("run"), suite=s))
         result_format = COUNTS_ONLY if only is None else {
             "result_format": "SUMMARY", "partial_unexpected_count": self.sample_keys, "unexpected_index_column_names": list(t.key)}
-        self.checkpoints[s.name] = self.context.checkpoints.add(gx.Checkpoint(
-            name=f"amqplens_{s.name}", validation_definitions=[definition], result_format=result_format))
-        return self.checkpoints[s.name]
+        self.checkpoints[s.name, engine] = self.context.checkpoints.add(gx.Checkpoint(
+            name=f"amqplens_{s.name}_{engine}", validation_definitions=[definition], result_format=result_format))
+        return self.checkpoints[s.name, engine]
 
     def validate(self, t: Table, df, run_id) -> list:
-        """Validate ``df`` as table ``t``: every check's counts, then the failed ones again with samples."""
+        """Validate ``df`` (Spark or pandas) as table ``t``: every check's counts, then the failed ones again with samples."""
+        engine = SPARK if hasattr(df, "sparkSession") else PANDAS
         def results(cp):
             ((key, validation),) = cp.run(batch_parameters={"dataframe": df}, run_id=run_id).run_results.items()
             self.stored.append(key)
             return validation.results
 
-        first = results(self.checkpoint(t))
+        first = results(self.checkpoint(t, engine))
         failed = {r.expectation_config.meta["name"] for r in first if not r.success}
         if not failed:
             return first
-        detail = {r.expectation_config.meta["name"]: r for r in results(self.checkpoint(t, failed))}
+        detail = {r.expectation_config.meta["name"]: r for r in results(self.checkpoint(t, engine, failed))}
         return [detail.get(r.expectation_config.meta["name"], r) for r in first]
 
 
@@ -201,6 +211,18 @@ def message(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def _validate_table(suites: Suites, t: Table, df, gx_run, *, small: bool) -> list:
+    """GX's results for one table's batch: collected and validated in pandas when ``small``, else cached in Spark."""
+    if small:
+        # Arrow keeps timestamps in microseconds: any year the table holds fits (nanoseconds stop in 2262)
+        return suites.validate(t, df.toArrow().to_pandas(), gx_run)
+    df = df.persist()
+    try:
+        return suites.validate(t, df, gx_run)
+    finally:
+        df.unpersist()
+
+
 def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> dict:
     """Validate every table's rows of the given captures; returns the summary or raises ValidationFailed."""
     from jobs.lake import TableStore
@@ -221,14 +243,11 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     try:
         for name, t in ALL_TABLES.items():
             t0 = time.monotonic()
-            if tables.slices[name].isEmpty():  # nothing to hold to the suite (e.g. broker_events of a run without logs)
+            n = store.rows(name, ids)
+            if n == 0:  # nothing to hold to the suite (e.g. broker_events of a run without logs)
                 rows[name] = 0
                 continue
-            df = batch(t, tables, conf).persist()
-            try:
-                table_results = suites.validate(t, df, gx_run)
-            finally:
-                df.unpersist()
+            table_results = _validate_table(suites, t, batch(t, tables, conf), gx_run, small=n <= conf["validate.pandas_max_rows"])
             rows[name] = next((r.result["element_count"] for r in table_results if "element_count" in (r.result or {})), None)
             results += outcomes(t, table_results)
             log.info("%s: %s rows validated in %.1fs", name, rows[name], time.monotonic() - t0)

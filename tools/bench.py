@@ -49,6 +49,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from tools import bench_small
+
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1_000_000
 
@@ -933,6 +935,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['file_bytes'] / MB:8.0f} MB  {ts.get('mb_per_s', '-'):>11}  {pp.get('mb_per_s', '-'):>13}  "
                   f"{r.get('ratio_pipeline_over_tshark', '-'):>5}  "
                   f"{_fmt_mb(pp.get('peak_rss_worker_max'))} / {_fmt_mb(pp.get('peak_rss_workers_sum'))}")
+    if not args.no_pipeline and not args.capture:  # issue 23's small-capture line (tools/bench_small.py)
+        bench_small.report(out, args.seed, args.master)
     failed = any(r["pipeline"]["runs"] and not any(x["rc"] == 0 for x in r["pipeline"]["runs"]) for r in results)
     return 1 if failed else 0
 
