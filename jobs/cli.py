@@ -14,7 +14,7 @@ import sys
 from jobs import preflight
 from jobs.config import ConfigError, add_config_arguments, config_from_args
 from jobs.inputs import InputError
-from jobs.progress import Stage, log_file_for, quiet_jvm
+from jobs.progress import Stage, import_in_background, log_file_for, quiet_jvm
 from jobs.validate import ValidationFailed
 
 DEMO_CAPTURE = pathlib.Path(__file__).resolve().parent / "data" / "demo.pcap"
@@ -192,6 +192,8 @@ def dispatch(args) -> int:
     except InputError as exc:
         print(f"amqplens: {exc}", file=sys.stderr)
         return 2
+    if args.command in ("run", "demo") and conf["validate.enabled"] or args.command == "validate":
+        import_in_background("great_expectations")
     try:
         spark = start_spark(conf, verbose=args.verbose)
     except JavaMissing as exc:

@@ -192,6 +192,22 @@ class TableStore:
         finally:
             self._drop_dir(staging)
 
+    def write_rows(self, name: str, rows: list[dict], *, units: Mapping[str, str], run_id: str) -> bool:
+        """``write`` for a few rows the driver holds (e.g. one captures row per file): written with pyarrow, no Spark job."""
+        t = table_def(name)
+        (rkey,) = t.replace_by
+        staged = self.stage(name, run_id)
+        writer = staged.writer(0)
+        schema = pa.schema([pa.field(c.name, c.arrow_type) for c in t.data_columns()])
+        partitions = {}
+        for row in rows:
+            writer.write(row[rkey], pa.RecordBatch.from_pylist([row], schema=schema))
+            partitions[row[rkey]] = {k: _partition_str(row[k]) for k in t.partition_by}
+        try:
+            return self.commit_staged(staged, writer.close(), units=units, partitions=partitions, run_id=run_id)
+        finally:
+            self.discard_staged(staged)
+
     def discard_staged(self, staged: StagedTable) -> None:
         self._drop_dir(self._path(staged.table, STAGING, staged.folder))
 

@@ -4,12 +4,14 @@ spark-submit jobs/validate.py --lake DIR [--capture-id ID ...] [--run-id R] [--c
 
 Each table is read once, filtered to the run's captures (default: every capture
 in the lake), given the extra columns the cross-row checks need (quality.py),
-and handed to its GX checkpoint as the batch parameter ``dataframe``: a table
-slice of at most ``validate.pandas_max_rows`` rows (the Delta log's statistics
-tell, without a Spark job) is collected once and validated by GX's pandas
-engine, all its expectations in memory; a larger one is cached and validated by
-GX's Spark engine, a few Spark jobs per table. Both engines evaluate the same
-suites into the same results and data docs (a test runs both on the same lake).
+and handed to its GX checkpoint as the batch parameter ``dataframe``. When no
+table of the run has more than ``validate.pandas_max_rows`` rows (the Delta
+log's statistics tell, without a Spark job), the rows are read with delta-rs,
+the extra columns computed in pandas (quality_small.py) and GX's pandas engine
+validates them: no Spark job at all. Otherwise each batch is a cached Spark
+DataFrame validated by GX's Spark engine, a few Spark jobs per table. Both
+paths evaluate the same suites into the same results and data docs (a test
+runs both on the same lake and compares every outcome).
 GX runs in an ephemeral context whose only files are under ``<lake>/_quality``:
 the validation results (``validations/``) and the data docs (``data_docs/``),
 next to one JSON summary per run (``runs/<run_id>.json``). A failed critical
@@ -69,12 +71,14 @@ class Outcome:
 def _observed(result: dict, exception: dict | None) -> str:
     if exception and exception.get("raised_exception"):
         return f"could not be evaluated: {exception.get('exception_message')}"
+    value = result.get("observed_value")
+    value = value.item() if hasattr(value, "item") else value  # GX's pandas engine observes numpy scalars
     if "unexpected_count" in result:
         text = f"{result['unexpected_count']} of {result.get('element_count')} rows unexpected"
         if "observed_value" in result:
-            text += f" ({result['observed_value']})"
+            text += f" ({value})"
         return text
-    return f"observed {result.get('observed_value')!r}"
+    return f"observed {value!r}"
 
 
 def _samples(result: dict, key: tuple[str, ...]) -> list[str]:
@@ -122,7 +126,7 @@ def gx_context(quality: pathlib.Path):
     return gx.get_context(mode="ephemeral", project_config=config)
 
 
-SPARK, PANDAS = "spark", "pandas"  # the GX engine a table's batch is validated by
+SPARK, PANDAS = "spark", "pandas"  # the GX engine a table's batch is validated by (by the batch's type)
 
 
 class Suites:
@@ -132,10 +136,16 @@ class Suites:
         import great_expectations as gx
 
         self.gx, self.context, self.settings, self.sample_keys = gx, context, settings, sample_keys
-        self.sources = {SPARK: context.data_sources.add_spark(name="lake", persist=False),  # batches come cached
-                        PANDAS: context.data_sources.add_pandas(name="lake_small")}
+        self.sources: dict = {}  # engine -> data source, added when first used (the Spark one tests its session)
         self.checkpoints: dict = {}
         self.stored: list = []  # the validation results of this run, for the data docs
+
+    def source(self, engine: str):
+        if engine not in self.sources:
+            add = self.context.data_sources
+            self.sources[engine] = (add.add_spark(name="lake", persist=False) if engine == SPARK  # batches come cached
+                                    else add.add_pandas(name="lake_small"))
+        return self.sources[engine]
 
     def build_docs(self) -> None:
         """Render this run's results and the index once: each build compiles GX's page templates anew."""
@@ -150,7 +160,7 @@ class Suites:
         if (s.name, engine) in self.checkpoints:
             return self.checkpoints[s.name, engine]
         s = self.context.suites.add(s)
-        asset = self.sources[engine].add_dataframe_asset(name=s.name)
+        asset = self.source(engine).add_dataframe_asset(name=s.name)
         definition = self.context.validation_definitions.add(
             gx.ValidationDefinition(name=s.name, data=asset.add_batch_definition_whole_dataframe("run"), suite=s))
         result_format = COUNTS_ONLY if only is None else {
@@ -161,7 +171,9 @@ class Suites:
 
     def validate(self, t: Table, df, run_id) -> list:
         """Validate ``df`` (Spark or pandas) as table ``t``: every check's counts, then the failed ones again with samples."""
-        engine = SPARK if hasattr(df, "sparkSession") else PANDAS
+        import pandas as pd
+
+        engine = PANDAS if isinstance(df, pd.DataFrame) else SPARK
         def results(cp):
             ((key, validation),) = cp.run(batch_parameters={"dataframe": df}, run_id=run_id).run_results.items()
             self.stored.append(key)
@@ -183,9 +195,11 @@ def quality_dir(store) -> pathlib.Path:
 
 
 def _capture_ids(store, capture_ids: list[str] | None) -> list[str]:
+    from jobs.quality_small import read_slice
+
     if capture_ids is not None:
         return sorted(set(capture_ids))
-    return sorted(r.capture_id for r in store.read("captures").select("capture_id").collect())
+    return sorted(read_slice(store, "captures", None, ["capture_id"])["capture_id"])
 
 
 def _summary(run_id: str, ids: list[str], rows: dict[str, int], results: list[Outcome], quality: pathlib.Path) -> dict:
@@ -211,22 +225,35 @@ def message(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def _validate_table(suites: Suites, t: Table, df, gx_run, *, small: bool) -> list:
-    """GX's results for one table's batch: collected and validated in pandas when ``small``, else cached in Spark."""
-    if small:
-        # Arrow keeps timestamps in microseconds: any year the table holds fits (nanoseconds stop in 2262)
-        return suites.validate(t, df.toArrow().to_pandas(), gx_run)
-    df = df.persist()
+def batches(store, ids: list[str], conf: Config):
+    """``(table, rows, batch)`` for every table with rows of the run: the batch a pandas frame when the run is small
+    (each table at most ``validate.pandas_max_rows`` rows: jobs/quality_small.py, no Spark job), else a cached Spark
+    DataFrame (jobs/quality.py), uncached once the caller moves on to the next table."""
+    from jobs import quality, quality_small
+
+    rows = {name: store.rows(name, ids) for name in ALL_TABLES}
+    small = max(rows.values(), default=0) <= conf["validate.pandas_max_rows"]
+    source = quality_small.SmallRun(store, ids) if small else quality.RunTables(store, ids)
     try:
-        return suites.validate(t, df, gx_run)
+        for name, t in ALL_TABLES.items():
+            if rows[name] == 0:  # nothing to hold to the suite (e.g. broker_events of a run without logs)
+                yield t, 0, None
+            elif small:
+                yield t, rows[name], quality_small.batch(t, source, conf)
+            else:
+                df = quality.batch(t, source, conf).persist()
+                try:
+                    yield t, rows[name], df
+                finally:
+                    df.unpersist()
     finally:
-        df.unpersist()
+        if not small:
+            source.close()
 
 
 def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> dict:
     """Validate every table's rows of the given captures; returns the summary or raises ValidationFailed."""
     from jobs.lake import TableStore
-    from jobs.quality import RunTables, batch
     from schemas.expectations import Settings
 
     run_id = run_id or uuid.uuid4().hex[:12]
@@ -237,22 +264,17 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     from great_expectations.core.run_identifier import RunIdentifier
 
     gx_run = RunIdentifier(run_name=run_id, run_time=dt.datetime.now(dt.timezone.utc))
-    tables = RunTables(store, ids)
     results: list[Outcome] = []
     rows: dict[str, int] = {}
-    try:
-        for name, t in ALL_TABLES.items():
-            t0 = time.monotonic()
-            n = store.rows(name, ids)
-            if n == 0:  # nothing to hold to the suite (e.g. broker_events of a run without logs)
-                rows[name] = 0
-                continue
-            table_results = _validate_table(suites, t, batch(t, tables, conf), gx_run, small=n <= conf["validate.pandas_max_rows"])
-            rows[name] = next((r.result["element_count"] for r in table_results if "element_count" in (r.result or {})), None)
-            results += outcomes(t, table_results)
-            log.info("%s: %s rows validated in %.1fs", name, rows[name], time.monotonic() - t0)
-    finally:
-        tables.close()
+    for t, n, df in batches(store, ids, conf):
+        t0 = time.monotonic()
+        rows[t.name] = n
+        if df is None:
+            continue
+        table_results = suites.validate(t, df, gx_run)
+        rows[t.name] = next((r.result["element_count"] for r in table_results if "element_count" in (r.result or {})), n)
+        results += outcomes(t, table_results)
+        log.info("%s: %s rows validated in %.1fs", t.name, rows[t.name], time.monotonic() - t0)
     suites.build_docs()
     summary = _summary(run_id, ids, rows, results, quality)
     (quality / "runs").mkdir(parents=True, exist_ok=True)

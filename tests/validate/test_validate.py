@@ -15,6 +15,7 @@ import pytest
 
 from jobs import cli, validate
 from jobs.quality import RunTables, batch
+from jobs.quality_small import SmallRun, batch as small_batch
 from schemas import ALL_TABLES, table
 from schemas.expectations import Settings
 from tests.conftest import ROOT
@@ -42,7 +43,7 @@ def test_every_table_has_a_suite_and_it_passes_on_the_fixtures(validated, qualit
 
 
 def test_both_engines_give_the_same_outcomes(spark, validated, quality_lake, tmp_path):
-    """The fixtures' tables are small, so ``validated`` ran GX's pandas engine; the Spark engine (a table above
+    """The fixtures' tables are small, so ``validated`` took the pandas path; the Spark path (a run with a table above
     validate.pandas_max_rows) must observe the same on every expectation."""
     conf, store = quality_lake
     lake = tmp_path / "lake"
@@ -66,7 +67,7 @@ def test_results_and_data_docs_are_under_the_lake_only(validated, quality_lake):
 
 def _validate(spark, quality_lake, tmp_path, name: str, engine: str, **broken):
     """Validate table ``name`` over the demo capture's rows, with some tables' slices replaced by broken copies,
-    by GX's ``engine`` (``small``: collected to pandas, as validate.run does for small tables)."""
+    through the Spark path (jobs/quality.py) or the small runs' pandas path (jobs/quality_small.py)."""
     conf, store = quality_lake
     tables = RunTables(store, [DEMO])
     for t, make in broken.items():
@@ -75,9 +76,13 @@ def _validate(spark, quality_lake, tmp_path, name: str, engine: str, **broken):
     from great_expectations.core.run_identifier import RunIdentifier
 
     try:
-        results = validate._validate_table(suites, table(name), batch(table(name), tables, conf), RunIdentifier(run_name="t"),
-                                           small=engine == validate.PANDAS)
-        return {o.name: o for o in validate.outcomes(table(name), results)}
+        if engine == validate.PANDAS:
+            small = SmallRun(store, [DEMO])
+            small._slices.update({t: tables.slices[t].toArrow().to_pandas() for t in broken})
+            df = small_batch(table(name), small, conf)
+        else:
+            df = batch(table(name), tables, conf).persist()
+        return {o.name: o for o in validate.outcomes(table(name), suites.validate(table(name), df, RunIdentifier(run_name="t")))}
     finally:
         tables.close()
 
