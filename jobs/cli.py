@@ -192,13 +192,13 @@ def dispatch(args) -> int:
     except InputError as exc:
         print(f"amqplens: {exc}", file=sys.stderr)
         return 2
-    if args.command in ("run", "demo") and conf["validate.enabled"] or args.command == "validate":
-        import_in_background("great_expectations")
     try:
         spark = start_spark(conf, verbose=args.verbose)
     except JavaMissing as exc:
         print(f"amqplens: {exc}", file=sys.stderr)
         return 3
+    if args.command in ("run", "demo") and conf["validate.enabled"] or args.command == "validate":
+        import_in_background("great_expectations")
     try:
         if args.command in ("ingest-captures", "ingest-logs", "run"):
             _run_stages(spark, conf, getattr(args, "input", []), args.run_id, only_ingest=args.command != "run",

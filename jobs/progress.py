@@ -73,6 +73,8 @@ def import_in_background(*modules: str) -> None:
     the stage that needs the module to report."""
     import importlib
 
+    import pandas  # noqa: F401 - the dependencies the caller's thread may import too are loaded before the thread starts
+
     def load():
         for m in modules:
             try:
