@@ -38,8 +38,9 @@ airflow: $(AIRFLOW_STAMP)
 demo: java $(STAMP)
 	$(VENV)/bin/amqplens demo --lake ./lake
 
+# two workers, each test folder that shares a lake on one of them (tests/conftest.py groups them)
 test: java $(STAMP) $(AIRFLOW_STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not spark and not e2e"

@@ -14,10 +14,11 @@ import argparse
 import logging
 import pathlib
 import sys
-import time
 
+from jobs import preflight
 from jobs.config import ConfigError, add_config_arguments, config_from_args
 from jobs.inputs import InputError
+from jobs.progress import Stage, import_in_background, log_file_for, quiet_jvm
 from jobs.validate import ValidationFailed
 
 DEMO_CAPTURE = pathlib.Path(__file__).resolve().parent / "data" / "demo.pcap"
@@ -74,32 +75,33 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
 
     ids = []
     if inputs:
-        t0 = time.monotonic()
-        result = ingest_captures.run(spark, conf, inputs, run_id=run_id)
-        print(f"ingest-captures: {len(result.captures)} capture(s) written, {len(result.skipped)} already done "
-              f"({time.monotonic() - t0:.1f}s)")
+        with Stage("ingest-captures", spark) as stage:
+            result = ingest_captures.run(spark, conf, inputs, run_id=run_id)
+            stage.done(f"{len(result.captures)} capture(s) written, {len(result.skipped)} already done"
+                       + (f", {len(result.failed)} failed" if result.failed else ""))
         ids += [c["capture_id"] for c in result.captures] + result.skipped + list(result.failed)
     if logs:  # after the captures (its events join their connections), before lifecycle (trace frames feed it)
-        t0 = time.monotonic()
-        done = ingest_logs.run(spark, conf, logs, run_id=run_id)
-        print(f"ingest-logs: {len(done.logs)} log(s) written, {len(done.skipped)} already done ({time.monotonic() - t0:.1f}s)")
+        with Stage("ingest-logs", spark) as stage:
+            done = ingest_logs.run(spark, conf, logs, run_id=run_id)
+            stage.done(f"{len(done.logs)} log(s) written, {len(done.skipped)} already done"
+                       + (f", {len(done.failed)} failed" if done.failed else ""))
         ids += [r["capture_id"] for r in done.logs] + done.skipped + list(done.failed)
     all_ids = list(ids)
     if only_ingest:
         _raise_if_captures_failed(spark, conf, ids)
         return None
     ids = _without_failed(spark, conf, ids)
-    t0 = time.monotonic()
-    done, ids = _isolated_stage(spark, conf, "lifecycle", lifecycle.run, ids, run_id)
-    print(f"lifecycle: {len(done)} capture(s) written ({time.monotonic() - t0:.1f}s)")
-    t0 = time.monotonic()
-    done, ids = _isolated_stage(spark, conf, "metrics", metrics.run, ids, run_id)
-    print(f"metrics: {len(done)} capture(s) written ({time.monotonic() - t0:.1f}s)")
+    with Stage("lifecycle", spark) as stage:
+        done, ids = _isolated_stage(spark, conf, "lifecycle", lifecycle.run, ids, run_id)
+        stage.done(f"{len(done)} capture(s) written")
+    with Stage("metrics", spark) as stage:
+        done, ids = _isolated_stage(spark, conf, "metrics", metrics.run, ids, run_id)
+        stage.done(f"{len(done)} capture(s) written")
     if conf["validate.enabled"]:
         _validate(spark, conf, ids, run_id)
-    t0 = time.monotonic()
-    page = report.run(spark, conf)
-    print(f"report: {page} ({time.monotonic() - t0:.1f}s)")
+    with Stage("report", spark) as stage:
+        page = report.run(spark, conf)
+        stage.done(str(page))
     _raise_if_captures_failed(spark, conf, all_ids)
     return page
 
@@ -154,10 +156,10 @@ def _validate(spark, conf, ids, run_id) -> None:
     """The validate stage: prints its warnings; a critical failure raises ValidationFailed (the run stops)."""
     from jobs import validate
 
-    t0 = time.monotonic()
-    summary = validate.run(spark, conf, ids, run_id=run_id)
-    print(f"validate: {len(summary['expectations'])} expectations on {len(summary['capture_ids'])} capture(s), "
-          f"{len(summary['warnings'])} warning(s) ({time.monotonic() - t0:.1f}s); data docs: {summary['data_docs']}")
+    with Stage("validate", spark) as stage:
+        summary = validate.run(spark, conf, ids, run_id=run_id)
+        stage.done(f"{len(summary['expectations'])} expectations on {len(summary['capture_ids'])} capture(s), "
+                   f"{len(summary['warnings'])} warning(s); data docs: {summary['data_docs']}")
     for w in summary["warnings"]:
         print(f"  warning: {w['table']}: {validate.Outcome(**w).line()}")
 
@@ -237,8 +239,21 @@ def print_summary(spark, conf, out=sys.stdout) -> None:
             print(f"  {r.stage:<8} {r.reason:<32} rows={r.n} bytes={r.bytes}", file=out)
 
 
+def start_spark(conf, *, verbose: bool):
+    """The session, with Spark's console progress bar off (the stages draw their own) and, unless ``verbose``,
+    the JVM's output in ``<lake>/_logs/spark-<time>-<pid>.log`` (jobs/progress.py)."""
+    from jobs.session import check_java, get_spark, starts_jvm
+
+    check_java()
+    if conf["spark.progress_bar"] == "auto":
+        conf = conf.with_overrides(spark__progress_bar="off")
+    log_file = None if verbose or not starts_jvm() else log_file_for(conf["lake.root"])
+    with quiet_jvm(log_file):
+        return get_spark(conf)
+
+
 def dispatch(args) -> int:
-    from jobs.session import JavaMissing, get_spark
+    from jobs.session import JavaMissing
 
     if args.command == "run" and not (args.input or args.logs):
         print("amqplens: run needs --input, --logs or both", file=sys.stderr)
@@ -249,10 +264,17 @@ def dispatch(args) -> int:
         print(f"amqplens: bad configuration: {exc}", file=sys.stderr)
         return 2
     try:
-        spark = get_spark(conf)
+        preflight.check(args, conf)
+    except InputError as exc:
+        print(f"amqplens: {exc}", file=sys.stderr)
+        return 2
+    try:
+        spark = start_spark(conf, verbose=args.verbose)
     except JavaMissing as exc:
         print(f"amqplens: {exc}", file=sys.stderr)
         return 1
+    if args.command in ("run", "demo") and conf["validate.enabled"] or args.command == "validate":
+        import_in_background("great_expectations")
     try:
         if args.command in ("ingest-captures", "ingest-logs", "run"):
             _run_stages(spark, conf, getattr(args, "input", []), args.run_id, only_ingest=args.command != "run",

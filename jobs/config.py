@@ -235,6 +235,7 @@ SPEC: dict[str, Rule] = {
     "validate.max_codec_error_share": _fraction(),
     "validate.window_slack_s": _int(0),
     "validate.sample_keys": _int(1),
+    "validate.pandas_max_rows": _int(0),
 }
 
 

@@ -3,8 +3,9 @@
 spark-submit jobs/ingest_captures.py --input PATH [PATH ...] --lake DIR [--config F] [--set k=v]
 
 Reads each file in byte-range splits (one task per split), shuffles the
-packets by flow, reassembles TCP per flow and writes the tables through the
-TableStore. A capture whose rows were already committed with the same decoder
+packets by flow and reassembles TCP per flow; the decoding tasks write the
+connections, frames and decode_errors files themselves, and the driver commits
+them through the TableStore and then writes the captures rows: one Spark job. A capture whose rows were already committed with the same decoder
 version and config is skipped; the captures table is written last, so its
 row marks a capture as done.
 """
@@ -26,13 +27,13 @@ from amqp_decode import pipeline
 from amqp_decode.capture import plan_splits, sniff_format
 from amqp_decode.codecs import DecodeOptions
 from amqp_decode.tls import KeyLog
-from jobs import isolation
+from jobs import isolation, progress
 from jobs.config import Config
 from jobs.inputs import CaptureFile, InputError, capture_files
 from jobs.lake import TableStore
 from jobs.session import shuffle_partitions
 from jobs.staging import StagedTable, contract_batch, current_task
-from schemas import CAPTURES, CONNECTIONS, DECODE_ERRORS, FRAMES, Table
+from schemas import CONNECTIONS, DECODE_ERRORS, FRAMES, Table
 from schemas.tables import PROTOCOL_COLUMNS, PROTOCOL_FACT_KEYS
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,9 @@ def _split_rows(files: list[CaptureFile], split_size: int, min_split_size: int =
     return rows
 
 
-STAGED_FILE = "staged_file"  # kind of the flows rows that report a frames file a task wrote
+STAGED_FILE = "staged_file"  # kind of the flows rows that report a file a task wrote (meta: table, unit, path, rows)
+TASK_COUNTS = "task_counts"  # kind of the flows rows with a task's counts per capture (meta: CaptureCounts as JSON)
+STAGED_TABLES = ("connections", "frames", "decode_errors")  # what the decode tasks write themselves
 
 
 def frame_rows(out):
@@ -161,29 +164,120 @@ def frame_rows(out):
     frame_id = pc.binary_join_element_wise(
         frame.field("connection_id"), letter, pc.cast(frame.field("stream_offset"), pa.string()), "-", null_handling="skip"
     )
-    source = pa.array(["capture"] * out.num_rows, pa.string())
-    return contract_batch(FRAMES, frame, {"frame_id": frame_id, "capture_id": out.column("capture_id"), "source": source})
+    return contract_batch(FRAMES, frame, {"frame_id": frame_id, "capture_id": out.column("capture_id"),
+                                          "source": _capture_source(out.num_rows)})
 
 
-def decode_and_stage_frames(batches, options: pipeline.Options, staged: StagedTable, task: int | None = None):
-    """``pipeline.decode_flows``, with its frame batches written to the frames table's staging folder by this task.
+def _capture_source(n: int):
+    import pyarrow as pa
+
+    return pa.array(["capture"] * n, pa.string())
+
+
+def connection_rows(out):
+    """A stage-2 batch of connections as rows of the connections table: the connection struct, the codec's facts
+    under their column names, ``start_ts``/``end_ts`` from microseconds, ``duration_us``, ``source`` = capture."""
+    import pyarrow.compute as pc
+
+    conn, facts = out.column("connection"), out.column("facts")
+    given = {c.name: facts.field(PROTOCOL_FACT_KEYS.get(c.name, c.name)) for c in PROTOCOL_COLUMNS}
+    given.update(capture_id=out.column("capture_id"), source=_capture_source(out.num_rows),
+                 duration_us=pc.subtract(conn.field("end_ts_us"), conn.field("start_ts_us")))
+    return contract_batch(CONNECTIONS, conn, given)
+
+
+def error_rows(out):
+    """A stage-2 batch of errors as rows of the decode_errors table (``ts`` from ``ts_us``)."""
+    return contract_batch(DECODE_ERRORS, out.column("error"), {"capture_id": out.column("capture_id")})
+
+
+@dataclasses.dataclass
+class CaptureCounts:
+    """What the captures row counts of one capture, added up per task and then over the tasks."""
+
+    connections: int = 0
+    packets_selected: int = 0
+    capture_errors: int = 0
+    first_error: str | None = None  # the detail of the capture-stage error at the smallest offset
+    first_error_offset: int | None = None
+
+    def add_connections(self, out) -> None:
+        import pyarrow.compute as pc
+
+        conn = out.column("connection")
+        self.connections += out.num_rows
+        self.packets_selected += pc.sum(pc.add(conn.field("packets_to_server"), conn.field("packets_to_client"))).as_py() or 0
+
+    def add_errors(self, out) -> None:
+        for e in out.column("error").to_pylist():
+            if e["stage"] == "capture":
+                self.capture_errors += 1
+                self._first(e["detail"], e["offset"])
+
+    def _first(self, detail, offset) -> None:
+        if detail is not None and (self.first_error_offset is None or offset < self.first_error_offset):
+            self.first_error, self.first_error_offset = detail, offset
+
+    def merge(self, other: "CaptureCounts") -> "CaptureCounts":
+        self.connections += other.connections
+        self.packets_selected += other.packets_selected
+        self.capture_errors += other.capture_errors
+        if other.first_error is not None:
+            self._first(other.first_error, other.first_error_offset)
+        return self
+
+
+def read_counted_splits(batches, options: pipeline.Options, read_bytes=None):
+    """``pipeline.read_splits``, adding each split's length to the ``read_bytes`` accumulator once it is read."""
+    def counted():
+        for batch in batches:
+            yield batch
+            if read_bytes is not None:
+                read_bytes.add(sum(r["end"] - r["start"] for r in batch.select(["start", "end"]).to_pylist()))
+
+    return pipeline.read_splits(counted(), options)
+
+
+def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, StagedTable], task: int | None = None,
+                     frames_decoded=None):
+    """``pipeline.decode_flows``, with its frames, connections and errors written to their tables' staging folders
+    by this task.
 
     Frames are most of stage 2's rows, and the wide frames table is the costliest
     thing Spark's row-by-row Parquet writer writes: here they go from Arrow to
-    Parquet in the worker and never cross into the JVM. The other rows pass
-    through, plus one ``staged_file`` row (meta: unit, path, rows) per file.
+    Parquet in the worker and never cross into the JVM; connections and errors
+    go the same way, so the job needs no second pass over its output. What is
+    left passes through (split statistics), plus one ``staged_file`` row
+    (meta: table, unit, path, rows) per file and one ``task_counts`` row per
+    capture. ``frames_decoded``: an accumulator of the frames written (the CLI's progress line).
     """
     import pyarrow as pa
 
-    writer = staged.writer(current_task() if task is None else task)
+    task = current_task() if task is None else task
+    writers = {name: staged[name].writer(task) for name in STAGED_TABLES}
+    counts: dict[str, CaptureCounts] = collections.defaultdict(CaptureCounts)
     schema = options.flows_schema
     for out in pipeline.decode_flows(batches, options):
-        if out.num_rows and out.column(0)[0].as_py() == "frame":
-            writer.write(out.column(1)[0].as_py(), frame_rows(out))
-        else:
+        kind = out.column(0)[0].as_py() if out.num_rows else None
+        cid = out.column(1)[0].as_py() if out.num_rows else None
+        if kind == "frame":
+            writers["frames"].write(cid, frame_rows(out))
+            if frames_decoded is not None:
+                frames_decoded.add(out.num_rows)
+        elif kind == "connection":
+            writers["connections"].write(cid, connection_rows(out))
+            counts[cid].add_connections(out)
+        elif kind == "error":
+            writers["decode_errors"].write(cid, error_rows(out))
+            counts[cid].add_errors(out)
+        elif out.num_rows:
             yield out
-    for f in writer.close():
-        yield pipeline.out_batch(schema, STAGED_FILE, f["unit"], 1, meta=pa.array([json.dumps(f)], pa.string()))
+    for name, writer in writers.items():
+        for f in writer.close():
+            meta = json.dumps({"table": name, **f})
+            yield pipeline.out_batch(schema, STAGED_FILE, f["unit"], 1, meta=pa.array([meta], pa.string()))
+    for cid, c in counts.items():
+        yield pipeline.out_batch(schema, TASK_COUNTS, cid, 1, meta=pa.array([json.dumps(dataclasses.asdict(c))], pa.string()))
 
 
 def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> IngestResult:
@@ -214,15 +308,13 @@ def run_files(spark, conf: Config, files: list[CaptureFile], run_id: str | None 
 
     done = isolation.isolated(JOB, list(by_id), ingest, lambda cid: ingest([cid]))
     isolation.mark_failed(spark, store, done.failed, apps, run_id,
-                          rows={cid: _capture_row(by_id[cid], None, EPOCH_DAY, {}, 0, run_id, fp) for cid in done.failed})
+                          rows={cid: _capture_row(by_id[cid], None, EPOCH_DAY, CaptureCounts(), 0, run_id, fp) for cid in done.failed})
     return IngestResult(run_id, done.results, skipped, done.failed)
 
 
 def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], units: dict[str, str], options, run_id: str,
             fp: str) -> list[dict]:
     """The captures ``todo`` through every stage of the job, written under ``units``; returns their captures rows."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
     units = {f.capture_id: units[f.capture_id] for f in todo}
@@ -232,41 +324,43 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
         from_arrow_schema(pipeline.SPLITS_SCHEMA)
     )
     packets = splits.mapInArrow(
-        functools.partial(pipeline.read_splits, options=options), from_arrow_schema(pipeline.PACKETS_OUT_SCHEMA)
+        functools.partial(read_counted_splits, options=options, read_bytes=progress.counter(spark, "bytes read")),
+        from_arrow_schema(pipeline.PACKETS_OUT_SCHEMA),
     )
-    staged = store.stage("frames", run_id)
+    staged = {name: store.stage(name, run_id) for name in STAGED_TABLES}
     flows = (
         packets.repartition(shuffle_partitions(spark, conf), "flow_key")
         .sortWithinPartitions("capture_id", "flow_key", "ts_us", "record_offset")
-        .mapInArrow(functools.partial(decode_and_stage_frames, options=options, staged=staged),
+        .mapInArrow(functools.partial(decode_and_stage, options=options, staged=staged,
+                                      frames_decoded=progress.counter(spark, "frames")),
                     from_arrow_schema(options.flows_schema))
-        .persist(StorageLevel.DISK_ONLY)
     )
     try:
-        meta_rows = flows.where(F.col("kind").isin("split_stats", STAGED_FILE)).select("kind", "capture_id", "meta").collect()
-        stats_rows = [r for r in meta_rows if r["kind"] == "split_stats"]
-        frame_files = [json.loads(r["meta"]) for r in meta_rows if r["kind"] == STAGED_FILE]
-        per_capture = _merge_stats(stats_rows)
+        # the one Spark job: the tasks wrote the tables, what comes back is a few rows per task
+        meta_rows = flows.select("kind", "capture_id", "meta").collect()
+        per_capture = _merge_stats(r for r in meta_rows if r["kind"] == "split_stats")
+        counts = _merge_counts(r for r in meta_rows if r["kind"] == TASK_COUNTS)
+        files = [json.loads(r["meta"]) for r in meta_rows if r["kind"] == STAGED_FILE]
         dates = {f.capture_id: _capture_date(per_capture.get(f.capture_id)) for f in todo}
-        date_df = spark.createDataFrame(list(dates.items()), "capture_id string, capture_date date")
-
-        connections = _connections_df(flows, date_df)
-        store.write("connections", connections, units=units, run_id=run_id)
-        store.commit_staged(staged, frame_files, units=units, run_id=run_id,
-                            partitions={cid: {"capture_date": d.isoformat()} for cid, d in dates.items()})
-        errors = _errors_df(flows, date_df)
-        store.write("decode_errors", errors, units=units, run_id=run_id)
-
-        counts = _counts(flows)
+        partitions = {cid: {"capture_date": d.isoformat()} for cid, d in dates.items()}
+        for name in STAGED_TABLES:  # captures last: its row marks a capture as done
+            store.commit_staged(staged[name], [f for f in files if f["table"] == name], units=units, run_id=run_id,
+                                partitions=partitions)
         n_splits = collections.Counter(row[0] for row in split_rows)
-        capture_rows = [_capture_row(f, per_capture.get(f.capture_id), dates[f.capture_id], counts.get(f.capture_id, {}),
-                                     n_splits[f.capture_id], run_id, fp) for f in todo]
-        captures_df = spark.createDataFrame(capture_rows, CAPTURES.spark_schema())
-        store.write("captures", captures_df, units=units, run_id=run_id)
+        capture_rows = [_capture_row(f, per_capture.get(f.capture_id), dates[f.capture_id],
+                                     counts.get(f.capture_id, CaptureCounts()), n_splits[f.capture_id], run_id, fp) for f in todo]
+        store.write_rows("captures", capture_rows, units=units, run_id=run_id)
     finally:
-        flows.unpersist()
-        store.discard_staged(staged)
+        for table_staged in staged.values():
+            store.discard_staged(table_staged)
     return capture_rows
+
+
+def _merge_counts(rows) -> dict[str, CaptureCounts]:
+    merged: dict[str, CaptureCounts] = collections.defaultdict(CaptureCounts)
+    for row in rows:
+        merged[row["capture_id"]].merge(CaptureCounts(**json.loads(row["meta"])))
+    return merged
 
 
 def _merge_stats(rows) -> dict[str, pipeline.SplitStats]:
@@ -281,46 +375,6 @@ def _capture_date(stats) -> dt.date:
     return clock.utc_date(None if stats is None else stats.first_ts_us)
 
 
-def _connections_df(flows, date_df):
-    from pyspark.sql import functions as F
-
-    facts = [F.col(f"facts.{PROTOCOL_FACT_KEYS.get(c.name, c.name)}").alias(c.name) for c in PROTOCOL_COLUMNS]
-    c = flows.where(F.col("kind") == "connection").select("connection.*", *facts)
-    c = (
-        c.join(F.broadcast(date_df), "capture_id")
-        .withColumn("start_ts", F.timestamp_micros("start_ts_us"))
-        .withColumn("end_ts", F.timestamp_micros("end_ts_us"))
-        .withColumn("duration_us", F.col("end_ts_us") - F.col("start_ts_us"))
-        .withColumn("source", F.lit("capture"))
-    )
-    return conform(c, CONNECTIONS)
-
-
-def _errors_df(flows, date_df):
-    from pyspark.sql import functions as F
-
-    e = flows.where(F.col("kind") == "error").select("capture_id", "error.*")
-    e = e.join(F.broadcast(date_df), "capture_id").withColumn("ts", F.timestamp_micros("ts_us"))
-    return conform(e, DECODE_ERRORS)
-
-
-def _counts(flows) -> dict[str, dict]:
-    from pyspark.sql import functions as F
-
-    rows = (
-        flows.where(F.col("kind").isin("connection", "error"))
-        .groupBy("capture_id")
-        .agg(
-            F.sum(F.when(F.col("kind") == "connection", 1).otherwise(0)).alias("connections"),
-            F.sum(F.col("connection.packets_to_server") + F.col("connection.packets_to_client")).alias("packets_selected"),
-            F.sum(F.when(F.col("error.stage") == "capture", 1).otherwise(0)).alias("capture_errors"),
-            F.first(F.when(F.col("error.stage") == "capture", F.col("error.detail")), ignorenulls=True).alias("first_error"),
-        )
-        .collect()
-    )
-    return {r["capture_id"]: r.asDict() for r in rows}
-
-
 def _sniffed(path: str) -> str | None:
     try:
         return sniff_format(path)
@@ -328,18 +382,18 @@ def _sniffed(path: str) -> str | None:
         return None
 
 
-def _capture_row(f: CaptureFile, stats, date: dt.date, counts: dict, splits: int, run_id: str, fp: str) -> dict:
+def _capture_row(f: CaptureFile, stats, date: dt.date, counts: CaptureCounts, splits: int, run_id: str, fp: str) -> dict:
     ts = clock.utc_datetime
     fmt = stats.format if stats and stats.format else (_sniffed(f.path) or "unknown")
     records = stats.records if stats else 0
-    n_errors = counts.get("capture_errors") or 0
+    n_errors = counts.capture_errors
     if records == 0 and (n_errors or f.size > 0):
         status = "failed"
     elif n_errors:
         status = "partial"
     else:
         status = "ok"
-    error = counts.get("first_error") if status != "ok" else None
+    error = counts.first_error if status != "ok" else None
     if status == "failed" and not error:
         error = "no packet records could be read"
     if f.size == 0:
@@ -354,9 +408,9 @@ def _capture_row(f: CaptureFile, stats, date: dt.date, counts: dict, splits: int
         "splits": splits,
         "packets_total": records,
         "packets_tcp": stats.tcp_packets if stats else 0,
-        "packets_selected": counts.get("packets_selected") or 0,
+        "packets_selected": counts.packets_selected,
         "ip_fragments": stats.ip_fragments if stats else 0,
-        "connections": counts.get("connections") or 0,
+        "connections": counts.connections,
         "capture_errors": n_errors,
         "first_ts": ts(stats.first_ts_us) if stats else None,
         "last_ts": ts(stats.last_ts_us) if stats else None,

@@ -96,6 +96,19 @@ class TableStore:
         df = self.spark.read.schema(schema).option("basePath", self.uri(name)).parquet(*files)
         return df.select(*t.column_names)
 
+    def rows(self, name: str, units) -> int:
+        """Rows the table holds for these ``replace_by`` values, from the Delta log's file statistics (no Spark job).
+
+        Every file amqplens writes holds one unit and says so in its min/max statistics (``_place_files``).
+        """
+        dt = self.delta(name)
+        if dt is None:
+            return 0
+        (rkey,) = table_def(name).replace_by
+        actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
+        wanted = set(units)
+        return sum(n for n, lo in zip(actions.get("num_records", []), actions.get(f"min.{rkey}", [])) if lo in wanted)
+
     # ----------------------------------------------------------------- write
     def check_schema(self, t: Table, df) -> None:
         want = {f.name: f.dataType for f in t.spark_schema().fields}
@@ -178,6 +191,22 @@ class TableStore:
             return self._commit_retrying(t, dt, adds, pending, run_id)
         finally:
             self._drop_dir(staging)
+
+    def write_rows(self, name: str, rows: list[dict], *, units: Mapping[str, str], run_id: str) -> bool:
+        """``write`` for a few rows the driver holds (e.g. one captures row per file): written with pyarrow, no Spark job."""
+        t = table_def(name)
+        (rkey,) = t.replace_by
+        staged = self.stage(name, run_id)
+        writer = staged.writer(0)
+        schema = pa.schema([pa.field(c.name, c.arrow_type) for c in t.data_columns()])
+        partitions = {}
+        for row in rows:
+            writer.write(row[rkey], pa.RecordBatch.from_pylist([row], schema=schema))
+            partitions[row[rkey]] = {k: _partition_str(row[k]) for k in t.partition_by}
+        try:
+            return self.commit_staged(staged, writer.close(), units=units, partitions=partitions, run_id=run_id)
+        finally:
+            self.discard_staged(staged)
 
     def discard_staged(self, staged: StagedTable) -> None:
         self._drop_dir(self._path(staged.table, STAGING, staged.folder))

@@ -35,6 +35,13 @@ def _under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def starts_jvm() -> bool:
+    """Whether ``get_spark`` would start a JVM (no session in this process, not under spark-submit)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession() is None and not _under_spark_submit()
+
+
 def session_settings(conf: Config) -> dict[str, str]:
     """SQL/session settings every amqplens session needs (applied if not already set)."""
     s = conf.section("spark")

@@ -4,7 +4,14 @@ spark-submit jobs/validate.py --lake DIR [--capture-id ID ...] [--run-id R] [--c
 
 Each table is read once, filtered to the run's captures (default: every capture
 in the lake), given the extra columns the cross-row checks need (quality.py),
-cached, and handed to its GX checkpoint as the batch parameter ``dataframe``.
+and handed to its GX checkpoint as the batch parameter ``dataframe``. When no
+table of the run has more than ``validate.pandas_max_rows`` rows (the Delta
+log's statistics tell, without a Spark job), the rows are read with delta-rs,
+the extra columns computed in pandas (quality_small.py) and GX's pandas engine
+validates them: no Spark job at all. Otherwise each batch is a cached Spark
+DataFrame validated by GX's Spark engine, a few Spark jobs per table. Both
+paths evaluate the same suites into the same results and data docs (a test
+runs both on the same lake and compares every outcome).
 GX runs in an ephemeral context whose only files are under ``<lake>/_quality``:
 the validation results (``validations/``) and the data docs (``data_docs/``),
 next to one JSON summary per run (``runs/<run_id>.json``). A failed critical
@@ -64,12 +71,14 @@ class Outcome:
 def _observed(result: dict, exception: dict | None) -> str:
     if exception and exception.get("raised_exception"):
         return f"could not be evaluated: {exception.get('exception_message')}"
+    value = result.get("observed_value")
+    value = value.item() if hasattr(value, "item") else value  # GX's pandas engine observes numpy scalars
     if "unexpected_count" in result:
         text = f"{result['unexpected_count']} of {result.get('element_count')} rows unexpected"
         if "observed_value" in result:
-            text += f" ({result['observed_value']})"
+            text += f" ({value})"
         return text
-    return f"observed {result.get('observed_value')!r}"
+    return f"observed {value!r}"
 
 
 def _samples(result: dict, key: tuple[str, ...]) -> list[str]:
@@ -117,51 +126,64 @@ def gx_context(quality: pathlib.Path):
     return gx.get_context(mode="ephemeral", project_config=config)
 
 
+SPARK, PANDAS = "spark", "pandas"  # the GX engine a table's batch is validated by (by the batch's type)
+
+
 class Suites:
-    """One data source; per table an asset, its suite, a validation definition and a checkpoint; the data docs site."""
+    """A data source per engine; per table an asset, its suite, a validation definition and a checkpoint; the docs site."""
 
     def __init__(self, context, settings, sample_keys: int):
         import great_expectations as gx
 
         self.gx, self.context, self.settings, self.sample_keys = gx, context, settings, sample_keys
-        self.source = context.data_sources.add_spark(name="lake", persist=False)  # batches come cached
+        self.sources: dict = {}  # engine -> data source, added when first used (the Spark one tests its session)
         self.checkpoints: dict = {}
         self.stored: list = []  # the validation results of this run, for the data docs
+
+    def source(self, engine: str):
+        if engine not in self.sources:
+            add = self.context.data_sources
+            self.sources[engine] = (add.add_spark(name="lake", persist=False) if engine == SPARK  # batches come cached
+                                    else add.add_pandas(name="lake_small"))
+        return self.sources[engine]
 
     def build_docs(self) -> None:
         """Render this run's results and the index once: each build compiles GX's page templates anew."""
         self.context.build_data_docs(site_names=[SITE], resource_identifiers=self.stored)
 
-    def checkpoint(self, t: Table, only: set[str] | None = None):
+    def checkpoint(self, t: Table, engine: str, only: set[str] | None = None):
         """The table's checkpoint, or (``only``) one of just those checks that also returns samples of offending rows."""
         from schemas.expectations import suite
 
         gx = self.gx
         s = suite(t, self.settings, only)
-        if s.name in self.checkpoints:
-            return self.checkpoints[s.name]
+        if (s.name, engine) in self.checkpoints:
+            return self.checkpoints[s.name, engine]
         s = self.context.suites.add(s)
-        asset = self.source.add_dataframe_asset(name=s.name)
+        asset = self.source(engine).add_dataframe_asset(name=s.name)
         definition = self.context.validation_definitions.add(
             gx.ValidationDefinition(name=s.name, data=asset.add_batch_definition_whole_dataframe("run"), suite=s))
         result_format = COUNTS_ONLY if only is None else {
             "result_format": "SUMMARY", "partial_unexpected_count": self.sample_keys, "unexpected_index_column_names": list(t.key)}
-        self.checkpoints[s.name] = self.context.checkpoints.add(gx.Checkpoint(
-            name=f"amqplens_{s.name}", validation_definitions=[definition], result_format=result_format))
-        return self.checkpoints[s.name]
+        self.checkpoints[s.name, engine] = self.context.checkpoints.add(gx.Checkpoint(
+            name=f"amqplens_{s.name}_{engine}", validation_definitions=[definition], result_format=result_format))
+        return self.checkpoints[s.name, engine]
 
     def validate(self, t: Table, df, run_id) -> list:
-        """Validate ``df`` as table ``t``: every check's counts, then the failed ones again with samples."""
+        """Validate ``df`` (Spark or pandas) as table ``t``: every check's counts, then the failed ones again with samples."""
+        import pandas as pd
+
+        engine = PANDAS if isinstance(df, pd.DataFrame) else SPARK
         def results(cp):
             ((key, validation),) = cp.run(batch_parameters={"dataframe": df}, run_id=run_id).run_results.items()
             self.stored.append(key)
             return validation.results
 
-        first = results(self.checkpoint(t))
+        first = results(self.checkpoint(t, engine))
         failed = {r.expectation_config.meta["name"] for r in first if not r.success}
         if not failed:
             return first
-        detail = {r.expectation_config.meta["name"]: r for r in results(self.checkpoint(t, failed))}
+        detail = {r.expectation_config.meta["name"]: r for r in results(self.checkpoint(t, engine, failed))}
         return [detail.get(r.expectation_config.meta["name"], r) for r in first]
 
 
@@ -173,9 +195,11 @@ def quality_dir(store) -> pathlib.Path:
 
 
 def _capture_ids(store, capture_ids: list[str] | None) -> list[str]:
+    from jobs.quality_small import read_slice
+
     if capture_ids is not None:
         return sorted(set(capture_ids))
-    return sorted(r.capture_id for r in store.read("captures").select("capture_id").collect())
+    return sorted(read_slice(store, "captures", None, ["capture_id"])["capture_id"])
 
 
 def _summary(run_id: str, ids: list[str], rows: dict[str, int], results: list[Outcome], quality: pathlib.Path) -> dict:
@@ -201,10 +225,35 @@ def message(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def batches(store, ids: list[str], conf: Config):
+    """``(table, rows, batch)`` for every table with rows of the run: the batch a pandas frame when the run is small
+    (each table at most ``validate.pandas_max_rows`` rows: jobs/quality_small.py, no Spark job), else a cached Spark
+    DataFrame (jobs/quality.py), uncached once the caller moves on to the next table."""
+    from jobs import quality, quality_small
+
+    rows = {name: store.rows(name, ids) for name in ALL_TABLES}
+    small = max(rows.values(), default=0) <= conf["validate.pandas_max_rows"]
+    source = quality_small.SmallRun(store, ids) if small else quality.RunTables(store, ids)
+    try:
+        for name, t in ALL_TABLES.items():
+            if rows[name] == 0:  # nothing to hold to the suite (e.g. broker_events of a run without logs)
+                yield t, 0, None
+            elif small:
+                yield t, rows[name], quality_small.batch(t, source, conf)
+            else:
+                df = quality.batch(t, source, conf).persist()
+                try:
+                    yield t, rows[name], df
+                finally:
+                    df.unpersist()
+    finally:
+        if not small:
+            source.close()
+
+
 def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> dict:
     """Validate every table's rows of the given captures; returns the summary or raises ValidationFailed."""
     from jobs.lake import TableStore
-    from jobs.quality import RunTables, batch
     from schemas.expectations import Settings
 
     run_id = run_id or uuid.uuid4().hex[:12]
@@ -215,25 +264,17 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     from great_expectations.core.run_identifier import RunIdentifier
 
     gx_run = RunIdentifier(run_name=run_id, run_time=dt.datetime.now(dt.timezone.utc))
-    tables = RunTables(store, ids)
     results: list[Outcome] = []
     rows: dict[str, int] = {}
-    try:
-        for name, t in ALL_TABLES.items():
-            t0 = time.monotonic()
-            if tables.slices[name].isEmpty():  # nothing to hold to the suite (e.g. broker_events of a run without logs)
-                rows[name] = 0
-                continue
-            df = batch(t, tables, conf).persist()
-            try:
-                table_results = suites.validate(t, df, gx_run)
-            finally:
-                df.unpersist()
-            rows[name] = next((r.result["element_count"] for r in table_results if "element_count" in (r.result or {})), None)
-            results += outcomes(t, table_results)
-            log.info("%s: %s rows validated in %.1fs", name, rows[name], time.monotonic() - t0)
-    finally:
-        tables.close()
+    for t, n, df in batches(store, ids, conf):
+        t0 = time.monotonic()
+        rows[t.name] = n
+        if df is None:
+            continue
+        table_results = suites.validate(t, df, gx_run)
+        rows[t.name] = next((r.result["element_count"] for r in table_results if "element_count" in (r.result or {})), n)
+        results += outcomes(t, table_results)
+        log.info("%s: %s rows validated in %.1fs", t.name, rows[t.name], time.monotonic() - t0)
     suites.build_docs()
     summary = _summary(run_id, ids, rows, results, quality)
     (quality / "runs").mkdir(parents=True, exist_ok=True)

@@ -47,3 +47,25 @@ def built_dist(tmp_path_factory):
     subprocess.run(["make", "-s", "-o", ".venv/.installed", "dist", f"DIST={out}", f"PY={sys.executable}"],
                    cwd=ROOT, check=True, capture_output=True, timeout=300)
     return out
+
+
+# ------------------------------------------------------------------ parallel runs (make test: pytest -n 2 --dist loadgroup)
+def _group(item) -> str:
+    """The xdist group of a test: the folder whose conftest holds a session fixture it uses (that folder's tests
+    share one lake per worker, built once), else its own module (free to run on either worker)."""
+    homes = {d.baseid for name in item.fixturenames for d in item._fixtureinfo.name2fixturedefs.get(name, ())
+             if d.scope == "session" and d.baseid not in ("", "tests")}
+    return max(homes, key=len) if homes else item.nodeid.split("::")[0]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test joins its xdist group (new tests too: nothing is listed by hand). Under xdist the groups with
+    JVM work (spark or e2e tests) go first, so the long ones start early and the pure ones fill in behind."""
+    heavy = set()
+    for item in items:
+        group = _group(item)
+        item.add_marker(pytest.mark.xdist_group(group))
+        if item.get_closest_marker("spark") or item.get_closest_marker("e2e"):
+            heavy.add(group)
+    if getattr(config.option, "numprocesses", None):
+        items.sort(key=lambda item: _group(item) not in heavy)  # stable: collection order within each part

@@ -52,6 +52,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from tools import bench_small
 from tools.bench_stages import WHOLE_RUN, follow_stages, print_sweep, stage_lines
 from tools.gen_load import PROFILES
 
@@ -973,6 +974,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r.get('ratio_pipeline_over_tshark', '-'):>5}  "
                   f"{_fmt_mb(pp.get('peak_rss_worker_max'))} / {_fmt_mb(pp.get('peak_rss_workers_sum'))}")
         print_sweep(results)
+    if not args.no_pipeline and not args.capture:  # issue 23's small-capture line (tools/bench_small.py)
+        bench_small.report(out, args.seed, args.master)
     failed = any(r["pipeline"]["runs"] and not any(x["rc"] == 0 for x in r["pipeline"]["runs"]) for r in results)
     return 1 if failed else 0
 

@@ -15,6 +15,7 @@ the message body is nowhere by default; the report shows the script as text.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -131,3 +132,18 @@ def test_the_report_shows_wire_strings_as_text(secured_run):
     assert XSS not in page
     escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
     assert page.count("alert(1)") == page.count(escaped) >= 1  # the consumer tag, in the slowest-consumers table
+
+
+def test_the_terminal_shows_one_line_per_stage_and_spark_writes_to_the_lake(secured_run):
+    """(Issue 23, on this module's run: stdout is a pipe, as in CI.) No Spark or JVM line on the terminal: they are in
+    <lake>/_logs; stdout holds the stages' lines: each stage's closing line, after a plain progress line every 30 s
+    when the stage ran that long (a busy machine)."""
+    tmp, proc = secured_run
+    assert proc.stderr == b""
+    lines = proc.stdout.decode().splitlines()
+    assert all(re.fullmatch(r"[a-z-]+: .*\(\d+(\.\d)?s\)", line) for line in lines), lines
+    assert list(dict.fromkeys(line.split(":")[0] for line in lines)) == ["ingest-captures", "lifecycle", "metrics", "report"]
+    closing = [line for line in lines if re.search(r"\(\d+\.\ds\)$", line)]  # progress lines show whole seconds
+    assert [line.split(":")[0] for line in closing] == ["ingest-captures", "lifecycle", "metrics", "report"]  # validate is off
+    (log,) = (tmp / "lake" / "_logs").glob("spark-*.log")
+    assert "WARN" in log.read_text()  # Spark's warnings (the loopback hostname at least) went there

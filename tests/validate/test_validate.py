@@ -15,6 +15,7 @@ import pytest
 
 from jobs import cli, validate
 from jobs.quality import RunTables, batch
+from jobs.quality_small import SmallRun, batch as small_batch
 from schemas import ALL_TABLES, table
 from schemas import expectations as ex
 from schemas.expectations import Settings
@@ -46,6 +47,18 @@ def test_every_table_has_a_suite_and_it_passes_on_the_fixtures(validated, qualit
         assert expected in names
 
 
+def test_both_engines_give_the_same_outcomes(spark, validated, quality_lake, tmp_path):
+    """The fixtures' tables are small, so ``validated`` took the pandas path; the Spark path (a run with a table above
+    validate.pandas_max_rows) must observe the same on every expectation."""
+    conf, store = quality_lake
+    lake = tmp_path / "lake"
+    shutil.copytree(store.root, lake, ignore=shutil.ignore_patterns("_quality"))
+    on_spark = validate.run(spark, conf.with_overrides(lake__root=str(lake), validate__pandas_max_rows=0), run_id="spark")
+    assert validated["rows"] == on_spark["rows"]
+    assert [(e["name"], e["success"], e["observed"]) for e in on_spark["expectations"]] == \
+        [(e["name"], e["success"], e["observed"]) for e in validated["expectations"]]
+
+
 def test_results_and_data_docs_are_under_the_lake_only(validated, quality_lake):
     _, store = quality_lake
     quality = validate.quality_dir(store)
@@ -57,8 +70,9 @@ def test_results_and_data_docs_are_under_the_lake_only(validated, quality_lake):
     assert not (ROOT / "gx").exists() and not (ROOT / "great_expectations").exists()
 
 
-def _validate(spark, quality_lake, tmp_path, name: str, **broken):
-    """Validate table ``name`` over the demo capture's rows, with some tables' slices replaced by broken copies."""
+def _validate(spark, quality_lake, tmp_path, name: str, engine: str, **broken):
+    """Validate table ``name`` over the demo capture's rows, with some tables' slices replaced by broken copies,
+    through the Spark path (jobs/quality.py) or the small runs' pandas path (jobs/quality_small.py)."""
     conf, store = quality_lake
     tables = RunTables(store, [DEMO])
     for t, make in broken.items():
@@ -66,15 +80,23 @@ def _validate(spark, quality_lake, tmp_path, name: str, **broken):
     suites = validate.Suites(validate.gx_context(tmp_path / "_quality"), Settings(), sample_keys=5)
     from great_expectations.core.run_identifier import RunIdentifier
 
-    df = batch(table(name), tables, conf).persist()
     try:
+        if engine == validate.PANDAS:
+            small = SmallRun(store, [DEMO])
+            small._slices.update({t: tables.slices[t].toArrow().to_pandas() for t in broken})
+            df = small_batch(table(name), small, conf)
+        else:
+            df = batch(table(name), tables, conf).persist()
         return {o.name: o for o in validate.outcomes(table(name), suites.validate(table(name), df, RunIdentifier(run_name="t")))}
     finally:
-        df.unpersist()
         tables.close()
 
 
-def test_broken_frames_fail_their_checks_and_name_the_rows(spark, quality_lake, tmp_path):
+ENGINES = pytest.mark.parametrize("engine", [validate.SPARK, validate.PANDAS])
+
+
+@ENGINES
+def test_broken_frames_fail_their_checks_and_name_the_rows(spark, quality_lake, tmp_path, engine):
     from pyspark.sql import functions as F
 
     frames = quality_lake[1].read("frames").where(F.col("capture_id") == DEMO).orderBy("frame_id").collect()
@@ -88,7 +110,7 @@ def test_broken_frames_fail_their_checks_and_name_the_rows(spark, quality_lake, 
                 .withColumn("ts", F.when(fid == late, F.col("ts") + F.expr("INTERVAL 1 DAY")).otherwise(F.col("ts")))
                 .withColumn("decode_error", F.lit("field_table: broken decoder")))
 
-    out = _validate(spark, quality_lake, tmp_path, "frames", frames=broken)
+    out = _validate(spark, quality_lake, tmp_path, "frames", engine, frames=broken)
     failed = {n for n, o in out.items() if not o.success}
     assert failed == {"frames.key_unique", "frames.ref.connection_id", "frames.enum.dialect", "frames.in_capture_window",
                       "frames.decode_error_share"}
@@ -100,7 +122,8 @@ def test_broken_frames_fail_their_checks_and_name_the_rows(spark, quality_lake, 
     assert out["frames.decode_error_share"].observed.startswith(f"{len(frames) + 1} of {len(frames) + 1} rows")
 
 
-def test_negative_latency_and_a_missing_frame_fail_deliveries_and_connections(spark, quality_lake, tmp_path):
+@ENGINES
+def test_negative_latency_and_a_missing_frame_fail_deliveries_and_connections(spark, quality_lake, tmp_path, engine):
     from pyspark.sql import functions as F
 
     store = quality_lake[1]
@@ -116,12 +139,12 @@ def test_negative_latency_and_a_missing_frame_fail_deliveries_and_connections(sp
     def without_frame(df):
         return df.where(F.col("frame_id") != gone)
 
-    out = _validate(spark, quality_lake, tmp_path, "deliveries", deliveries=negative, frames=without_frame)
+    out = _validate(spark, quality_lake, tmp_path, "deliveries", engine, deliveries=negative, frames=without_frame)
     assert {n for n, o in out.items() if not o.success} == {"deliveries.non_negative", "deliveries.ref.frame_ids"}
     assert out["deliveries.non_negative"].samples == [f"delivery_id={slow.delivery_id} (_negative=settle_latency_us=-5)"]
     assert out["deliveries.ref.frame_ids"].samples == [f"delivery_id={lost.delivery_id} (_missing_frame_ids={gone})"]
 
-    out = _validate(spark, quality_lake, tmp_path, "connections", frames=without_frame)
+    out = _validate(spark, quality_lake, tmp_path, "connections", engine, frames=without_frame)
     direction = "to_server" if "-s-" in gone else "to_client"
     assert {n for n, o in out.items() if not o.success} == {f"connections.byte_accounting.{direction}"}
     (sample,) = out[f"connections.byte_accounting.{direction}"].samples

@@ -1,0 +1,94 @@
+"""The CLI's checks before Spark starts, and its stage lines: a mistake costs well under a second and one line.
+
+Bad input tried: an input file that does not exist, a glob that matches nothing, a --logs path that does not exist,
+a lake path that is a file, a lake under a file, a report folder that is a file, a bad --set value. Each must end
+the command with exit 2 and one line on stderr, before pyspark is even imported.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jobs import preflight
+from jobs.progress import Stage
+from tests.conftest import DATA, ROOT
+
+GOOD = str(DATA / "broker" / "publish_confirms.pcap")
+
+
+CASES = [
+    (["run", "--input", "/no/such.pcap"], "input '/no/such.pcap': no such file or folder"),
+    (["run", "--input", "/no/such/*.pcap"], "the pattern matches no file"),
+    (["run", "--input", GOOD, "--logs", "/no/such.log"], "logs '/no/such.log': no such file or folder"),
+    (["run", "--input", GOOD, "--lake", GOOD], "is a file, not a folder"),
+    (["run", "--input", GOOD, "--lake", GOOD + "/lake"], "cannot be created"),
+    (["report", "--lake", "LAKE", "--out", GOOD], "report folder"),
+    (["run", "--input", GOOD, "--set", "capture.split_size=huge"], "bad configuration"),
+]
+
+
+def _argv(argv, tmp_path):
+    argv = [str(tmp_path / "lake") if a == "LAKE" else a for a in argv]
+    return argv if "--lake" in argv else argv + ["--lake", str(tmp_path / "lake")]
+
+
+@pytest.mark.parametrize("argv, says", CASES)
+def test_a_mistake_is_one_line(argv, says, tmp_path, capsys):
+    from jobs import cli
+
+    assert cli.main(_argv(argv, tmp_path)) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("amqplens: ") and says in err, err
+
+
+def test_a_mistake_costs_no_spark_start(tmp_path):
+    """In a fresh interpreter: every case above fails without importing pyspark, in seconds at most."""
+    code = ("import json, sys; from jobs import cli; "
+            "codes = [cli.main(a) for a in json.loads(sys.argv[1])]; "
+            "print(codes, 'pyspark' in sys.modules)")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps([_argv(a, tmp_path) for a, _ in CASES])],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == f"{[2] * len(CASES)} False", proc.stdout + proc.stderr
+    assert time.monotonic() - t0 < 10  # ~0.5 s on a quiet machine (the interpreter and pyarrow's import)
+
+
+def test_the_lake_is_created_and_a_read_only_command_accepts_a_missing_lake(tmp_path, conf):
+    class Args:
+        command, input, logs, out = "run", [GOOD], [], None
+
+    preflight.check(Args, conf.with_overrides(lake__root=str(tmp_path / "a" / "lake"), report__out=str(tmp_path / "r")))
+    assert (tmp_path / "a" / "lake").is_dir()
+    Args.command, Args.input = "summary", []
+    preflight.check(Args, conf.with_overrides(lake__root=str(tmp_path / "missing")))
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_short_stage_prints_one_line_and_a_long_one_plain_progress_lines_in_a_log():
+    out = io.StringIO()
+    with Stage("ingest-captures", out=out, tty=False) as stage:
+        stage.done("1 capture(s) written")
+    assert out.getvalue().count("\n") == 1 and out.getvalue().startswith("ingest-captures: 1 capture(s) written (")
+    out = io.StringIO()
+    with Stage("metrics", out=out, tty=False, plain_every_s=0.2) as stage:
+        time.sleep(1.3)
+        stage.done("1 capture(s) written")
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 2 and all(line.startswith("metrics: (") for line in lines[:-1]), lines
+    assert "\r" not in out.getvalue() and lines[-1].startswith("metrics: 1 capture(s) written (")
+
+
+def test_on_a_terminal_the_live_line_is_redrawn_then_cleared():
+    out = io.StringIO()
+    with Stage("validate", out=out, tty=True) as stage:
+        time.sleep(1.2)
+        stage.done("119 expectations")
+    text = out.getvalue()
+    assert text.startswith("\rvalidate: (") and text.count("\n") == 1
+    assert text.split("\r")[-1].startswith("validate: 119 expectations (")  # the live line blanked, then the stage's line
