@@ -17,6 +17,7 @@ from amqp_decode.redaction import DEFAULT_REDACT_HEADERS, HeaderRedactor
 from amqp_decode.tcp.reassembly import TLS_HANDSHAKE
 from amqp_decode.tcp.records import TO_SERVER, ConnectionRecord
 from amqp_decode.v0_9_1 import Amqp091StreamDecoder
+from amqp_decode.v0_9_1.hotpath import FrameBatch, compiled_enabled
 
 HEADER_LEN = 8
 FAMILY_0_9_1 = ("0-8", "0-9", "0-9-1")
@@ -30,12 +31,14 @@ class DecodeOptions:
     max_error_bytes: int = 4096
     body_prefix_bytes: int = 0
     redact_headers: tuple[str, ...] = DEFAULT_REDACT_HEADERS  # header/property names whose values are withheld
+    compiled: str = "auto"  # auto | on | off: the 0-9-1 hot frames through the numba walk (v0_9_1.hotpath); same rows
 
 
 def _v0_9_1(connection_id: str, dialect: str | None, o: DecodeOptions):
     return Amqp091StreamDecoder(
         connection_id, dialect=dialect if dialect in ("0-8", "0-9", "0-9-1") else None,
         field_table_letters=o.field_table_letters, max_error_bytes=o.max_error_bytes, body_prefix_bytes=o.body_prefix_bytes,
+        compiled=compiled_enabled(o.compiled),
     )
 
 
@@ -184,6 +187,21 @@ class DecodingConsumer:
         for row in rows:
             self._redactor.row(row)
         return rows
+
+    def drain_frame_parts(self) -> list:
+        """Frame rows in wire order as parts: lists of dicts, or the compiled path's ``FrameBatch`` (redacted like
+        ``drain_frames``)."""
+        parts_of = getattr(self.codec, "drain_frame_parts", None)
+        if parts_of is None:
+            rows = self.drain_frames()
+            return [rows] if rows else []
+        parts = parts_of()
+        for i, part in enumerate(parts):
+            if isinstance(part, FrameBatch) and not self._redactor.names.isdisjoint(part.key_names):
+                part = parts[i] = part.to_rows()  # a configured name among the hot JSON keys: redact row by row
+            for row in part.dicts if isinstance(part, FrameBatch) else part:
+                self._redactor.row(row)
+        return parts
 
     def drain_errors(self) -> list[dict]:
         return self.codec.drain_errors() if self.codec is not None else []
