@@ -82,7 +82,7 @@ class DirectionFramer(DirectionFramerBase):
         if kernel is None:
             return self._frames(buf, mv, pos, n, False)
         while True:
-            if n - pos >= hotpath.MIN_BYTES:
+            if n - pos >= self.owner.hot_min_bytes:
                 pos = hotpath.run(kernel, self, buf, mv, pos, n)
                 if pos >= n:
                     return pos

@@ -24,7 +24,7 @@ from amqp_decode.v0_9_1.facts import FACT_CLASSES, ConnectionFacts
 from amqp_decode.v0_9_1.fieldtable import RABBITMQ
 from amqp_decode.v0_9_1.frames import ALL_METHOD_KEYS, channel_rule, tables_for
 from amqp_decode.v0_9_1.framing import FOREIGN, SYNCED, DirectionFramer
-from amqp_decode.v0_9_1.hotpath import FrameBatch, HotBuilder, HotRows, hot_tables, load_kernel
+from amqp_decode.v0_9_1.hotpath import MIN_BYTES, FrameBatch, HotBuilder, HotRows, hot_tables, load_kernel
 from amqp_decode.v0_9_1.primitives import CONTENT_HEADER, METHOD_IDS
 from amqp_decode.v0_9_1.rows import FRAME_TEMPLATE, promote, to_json
 
@@ -77,6 +77,7 @@ class Amqp091StreamDecoder(StreamDecoderBase):
         self._set_dialect(dialect or D0_9_1, "forced" if dialect else None)
         self._secrets_end: int | None = None  # to_server offset after which no SASL response follows
         self.hot_kernel = load_kernel() if compiled else None
+        self.hot_min_bytes = MIN_BYTES  # buffers smaller than this stay on the Python path (tests lower it)
         self._builders: dict[str, HotBuilder] = {}
 
     # -- output -----------------------------------------------------------------------------
