@@ -196,11 +196,12 @@ class DecodingConsumer:
             rows = self.drain_frames()
             return [rows] if rows else []
         parts = parts_of()
-        for i, part in enumerate(parts):
-            if isinstance(part, FrameBatch) and not self._redactor.names.isdisjoint(part.key_names):
-                part = parts[i] = part.to_rows()  # a configured name among the hot JSON keys: redact row by row
-            for row in part.dicts if isinstance(part, FrameBatch) else part:
-                self._redactor.row(row)
+        for part in parts:
+            if isinstance(part, FrameBatch):
+                part.redact(self._redactor)
+            else:
+                for row in part:
+                    self._redactor.row(row)
         return parts
 
     def drain_errors(self) -> list[dict]:

@@ -38,6 +38,7 @@ S_ARGS, S_PROPS, S_PROMOTED = 0, 1, 2
 N_STR = 6
 FRAME_END = 0xCE
 JSON_PER_BYTE = 40  # at most 40 JSON octets per payload octet: eight bits of ',"name":false'
+MAX_TABLE_NAMES = 64  # names of one headers table the walk compares for repeats; a longer table goes to the reference
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -70,6 +71,20 @@ def _put_int(out, o, v):
         out[o + i] = 48 + v % 10
         v //= 10
     return o + digits
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_signed(out, o, v):
+    if v < 0:
+        out[o] = 45
+        return _put_int(out, o + 1, -v)
+    return _put_int(out, o, v)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _signed(v, bits):
+    """A ``bits``-wide big-endian value read as unsigned, as two's complement."""
+    return v - (np.int64(1) << bits) if v >> (bits - 1) else v
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -150,6 +165,80 @@ def _method(buf, p, end, plan, nfields, keys, vals, sdata, so):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _table(buf, p, end, sbuf, js):
+    """A flat field table at p (its length first) as JSON at js: ``(new p, new js)``, p -1 when not proven.
+
+    Proven: names JSON writes as they are, each once (the reference keeps the first of duplicates),
+    values of the letters both readings share and that are not nested: S t b B U u I i L T V."""
+    if p + 4 > end:
+        return -1, js
+    tend = p + 4 + _be(buf, p, 4)
+    if tend > end:
+        return -1, js
+    q = p + 4
+    names = np.empty(MAX_TABLE_NAMES, np.int64)
+    count = 0
+    sbuf[js] = 123
+    js += 1
+    while q < tend:
+        a = q + 1
+        b = a + buf[q]
+        if b >= tend or count == MAX_TABLE_NAMES or not _plain_text(buf, a, b):
+            return -1, js
+        for k in range(count):  # a repeated name: the reference keeps the first
+            c = names[k]
+            if buf[c] == b - a:
+                same = True
+                for i in range(b - a):
+                    if buf[c + 1 + i] != buf[a + i]:
+                        same = False
+                        break
+                if same:
+                    return -1, js
+        names[count] = q
+        if count:
+            sbuf[js] = 44
+            js += 1
+        count += 1
+        sbuf[js] = 34
+        js = _put(sbuf, js + 1, buf, a, b)
+        sbuf[js], sbuf[js + 1] = 34, 58
+        js += 2
+        letter = buf[b]
+        q = b + 1
+        width = 1 if letter in (116, 98, 66) else 2 if letter in (85, 117) else 4 if letter in (73, 105, 83) else 8 if letter in (76, 84) else 0
+        if letter == 86:  # V: void
+            sbuf[js], sbuf[js + 1], sbuf[js + 2], sbuf[js + 3] = 110, 117, 108, 108
+            js += 4
+            continue
+        if width == 0 or q + width > tend:
+            return -1, js
+        v = _be(buf, q, width)
+        q += width
+        if letter == 83:  # S: long string
+            e = q + v
+            if e > tend or not _plain_text(buf, q, e):
+                return -1, js
+            sbuf[js] = 34
+            js = _put(sbuf, js + 1, buf, q, e)
+            sbuf[js] = 34
+            js += 1
+            q = e
+        elif letter == 116:  # t: bool
+            js = _put_bool(sbuf, js, v != 0)
+        elif letter == 98 or letter == 85 or letter == 73:  # b U I: signed
+            js = _put_signed(sbuf, js, _signed(v, 8 * width))
+        elif letter == 76 or letter == 84:  # L, T: 64-bit; a value with the top bit set goes to the reference
+            if buf[q - 8] >= 0x80:
+                return -1, js
+            js = _put_int(sbuf, js, v)
+        else:  # B u i: unsigned
+            js = _put_int(sbuf, js, v)
+    sbuf[js] = 125
+    return tend, js + 1
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _properties(buf, p, end, props, nprops, keys, sdata, so):
     """The properties of a content header from p (its first flags word) to end into the JSON output."""
     if p + 2 > end:
@@ -188,12 +277,10 @@ def _properties(buf, p, end, props, nprops, keys, sdata, so):
             sbuf[js] = 34
             js += 1
             p = e
-        elif op == OP_TABLE:  # only an empty table: its JSON is {}
-            if p + 4 > end or _be(buf, p, 4) != 0:
+        elif op == OP_TABLE:
+            p, js = _table(buf, p, end, sbuf, js)
+            if p < 0:
                 return False
-            sbuf[js], sbuf[js + 1] = 123, 125
-            js += 2
-            p += 4
         elif op == OP_OCTET or op == OP_SHORT or op == OP_LONG or op == OP_LONGLONG:
             width = 1 if op == OP_OCTET else 2 if op == OP_SHORT else 4 if op == OP_LONG else 8
             if p + width > end or (width == 8 and buf[p] >= 0x80):

@@ -24,10 +24,12 @@ import os
 import pathlib
 import sys
 import tempfile
+import warnings
 
 import numpy as np
 import pyarrow as pa
 
+from amqp_decode.redaction import ROW_COLUMNS
 from amqp_decode.v0_9_1 import primitives as p
 from amqp_decode.v0_9_1.frames import CONNECTION_CLASS
 from amqp_decode.v0_9_1.rows import _TEXT_COLUMNS, FRAME_KEYS, PROMOTED, to_json
@@ -84,7 +86,11 @@ def compiled_enabled(choice: str) -> bool:
     """``decode.compiled``: on when numba imports (auto, on), never for off. A missing numba degrades, never fails."""
     if choice not in CHOICES:
         raise ValueError(f"decode.compiled must be one of {CHOICES}, not {choice!r}")
-    return choice != "off" and available()
+    if choice == "off":
+        return False
+    if not available() and choice == "on":
+        warnings.warn("decode.compiled is on but numba does not import: the 0-9-1 decoder runs its Python path", stacklevel=2)
+    return available()
 
 
 class HotTables:
@@ -102,7 +108,6 @@ class HotTables:
         self.int_columns: list[str] = []
         self.bool_columns: list[str] = []
         self.text_columns: list[str] = []
-        self.key_names: set[str] = set()  # argument and property names in the JSON (for the redaction check)
         plans, names, content = [], [None], []
         methods = np.full(256, -1, np.int64)
         for key, meta in sorted(tables.methods.items()):
@@ -131,7 +136,6 @@ class HotTables:
     def _key(self, name: str, prefix: str) -> tuple[int, int]:
         start = len(self.keys)
         self.keys += (prefix + to_json(name) + ":").encode()
-        self.key_names.add(name.lower())
         return start, len(self.keys)
 
     def _slot(self, name: str, op: int) -> int | None:
@@ -285,7 +289,6 @@ class FrameBatch:
     directions' hot rows as columns, with the order that interleaves them."""
 
     def __init__(self, hot: HotTables, connection_id: str, dialect: str, items: list) -> None:
-        self.key_names = hot.key_names
         self.dicts: list[dict] = []
         self.columns: list[dict] = []  # per builder: its Arrow columns
         self.sizes = [0]  # rows per source: the dicts, then each builder
@@ -310,6 +313,17 @@ class FrameBatch:
 
     def __len__(self) -> int:
         return sum(self.sizes)
+
+    def redact(self, redactor) -> None:
+        """``HeaderRedactor`` on every row: the dicts' JSON columns, and the hot rows' (headers tables name anything)."""
+        for row in self.dicts:
+            redactor.row(row)
+        for cols in self.columns:
+            for name in ROW_COLUMNS:
+                values = cols[name].to_pylist()
+                redacted = [redactor.text(v) for v in values]
+                if any(a is not b for a, b in zip(values, redacted)):
+                    cols[name] = pa.array(redacted, pa.string())
 
     def _order(self) -> np.ndarray | None:
         """Positions in the concatenation (dicts, then each builder's rows) in wire order; None when already so."""

@@ -172,6 +172,29 @@ def test_a_redacted_name_among_the_hot_keys_is_redacted_on_the_compiled_path_too
     assert published and all('"routing_key":"<redacted>"' in r["arguments_json"] for r in published)
 
 
+def test_a_redacted_header_name_is_redacted_on_the_compiled_path_too():
+    """Headers tables name anything: a ``Token`` header (any case) and one nested where the walk leaves it to the reference."""
+    from amqp_decode.codecs import DecodingConsumer
+
+    from .encoder import Encoder
+
+    e = Encoder()
+    message = (e.method(1, "basic", "publish", reserved_1=0, exchange="x", routing_key="k", mandatory=False, immediate=False)
+               + e.header(1, 60, 2, {"content_type": "text/plain", "headers": {"Token": "abc", "n": -5, "ok": True}})
+               + e.body(1, b"hi") + e.header(1, 60, 0, {"headers": {"deep": {"password": "x"}}}))  # fmt: skip
+    stream = e.protocol_header() + message * 20
+    rows = {}
+    for compiled in ("on", "off"):
+        c = DecodingConsumer("c", DecodeOptions(compiled=compiled), lambda *_: None)
+        c.data(TO_SERVER, 0, 0, stream)
+        c.codec.close()
+        rows[compiled] = [r for part in c.drain_frame_parts() for r in (part.to_rows() if isinstance(part, FrameBatch) else part)]
+    assert rows["on"] == rows["off"]
+    props = [r["properties_json"] for r in rows["on"] if r["frame_type"] == "header"]
+    assert props[0] == '{"content_type":"text/plain","headers":{"Token":"<redacted>","n":-5,"ok":true}}'
+    assert props[1] == '{"headers":{"deep":{"password":"<redacted>"}}}'
+
+
 def test_compiled_choice():
     assert hotpath.compiled_enabled("auto") and hotpath.compiled_enabled("on") and not hotpath.compiled_enabled("off")
     with pytest.raises(ValueError):
