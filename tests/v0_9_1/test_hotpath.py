@@ -199,3 +199,13 @@ def test_compiled_choice():
     assert hotpath.compiled_enabled("auto") and hotpath.compiled_enabled("on") and not hotpath.compiled_enabled("off")
     with pytest.raises(ValueError):
         hotpath.compiled_enabled("fast")
+
+
+def test_the_switch_is_a_config_key_outside_the_fingerprint():
+    """``decode.compiled`` changes speed, not rows: switching it must not make the lake re-ingest a capture."""
+    from jobs import ingest_captures
+    from jobs.config import load_config
+
+    prints = {c: ingest_captures.fingerprint(ingest_captures.options_from(load_config(sets=[f"decode.compiled={c}"]))) for c in hotpath.CHOICES}
+    assert len(set(prints.values())) == 1
+    assert load_config()["decode.compiled"] == "auto"
