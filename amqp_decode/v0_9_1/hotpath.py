@@ -198,7 +198,7 @@ class HotBuilder:
     """One direction's hot rows since the last drain: the kernel's arrays, grown as needed, plus what the
     reference's message state said for each row (message_seq, body hash, error)."""
 
-    def __init__(self, direction: str, rows: int = 1024, room: int = 1 << 16) -> None:
+    def __init__(self, direction: str, rows: int = 256, room: int = 1 << 14) -> None:
         from amqp_decode.v0_9_1 import hot_kernel as k
 
         self.direction = direction
