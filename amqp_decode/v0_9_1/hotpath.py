@@ -25,6 +25,7 @@ import pathlib
 import sys
 import tempfile
 import warnings
+import weakref
 
 import numpy as np
 import pyarrow as pa
@@ -128,7 +129,7 @@ class HotTables:
             self.plan[h, : len(fields)] = fields
         props = self._property_fields(tables.property_plans.get(self.content_class, ()), tables)
         self.props = np.array(props or [[0] * 5], np.int64)
-        key_room = max([f[-1][4] - f[0][3] for f in plans] + [sum(f[4] - f[3] for f in props) + 2 * len(props) + 6 * len(props) + 2])
+        key_room = max([f[-1][4] - f[0][3] for f in plans if f] + [sum(f[4] - f[3] for f in props) + 2 * len(props) + 6 * len(props) + 2])
         self.meta = np.concatenate([kinds, methods, [CONNECTION_CLASS, self.content_class, len(props), key_room + 8],
                                     [len(f) for f in plans]]).astype(np.int64)  # fmt: skip (hot_kernel.M_*)
         self.keys = np.frombuffer(bytes(self.keys) or b"\0", np.uint8)
@@ -187,10 +188,13 @@ class HotTables:
         return fields
 
 
+_HOT_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # DialectTables -> its HotTables
+
+
 def hot_tables(tables) -> HotTables:
-    hot = getattr(tables, "_hot", None)
+    hot = _HOT_TABLES.get(tables)
     if hot is None:
-        hot = tables._hot = HotTables(tables)
+        hot = _HOT_TABLES[tables] = HotTables(tables)
     return hot
 
 
