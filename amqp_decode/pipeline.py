@@ -326,7 +326,7 @@ class _FlowDecoder:
         self.schema = options.flows_schema
         self.live: dict[str, DecodingConsumer] = {}
         self.facts: dict[str, dict] = {}
-        self.frames: list = []  # parts in wire order: lists of row dicts, compiled-path HotRows, struct arrays
+        self.frames: list = []  # parts in wire order: lists of row dicts, the compiled path's FrameBatch, struct arrays
         self.frame_rows = 0
         self.errors: list[dict] = []
         self.reassembler = TcpReassembler(
