@@ -224,9 +224,19 @@ def _struct_array(rows: list[dict], typ: pa.StructType) -> pa.Array:
 
 
 def frame_array(parts: list, typ: pa.StructType) -> pa.Array:
-    """Frame parts (lists of row dicts, the 0-9-1 compiled path's ``FrameBatch``, struct arrays) as one struct array."""
-    arrays = [p if isinstance(p, pa.Array) else to_struct_array(p, typ) if isinstance(p, list) else p.to_struct(typ, to_struct_array)
-              for p in parts]  # fmt: skip
+    """Frame parts (lists of row dicts, the 0-9-1 compiled path's ``FrameBatch``, struct arrays) as one struct array;
+    neighbouring lists of dicts are converted together (one conversion per run of them, not per connection)."""
+    arrays, rows = [], []
+    for part in parts:
+        if isinstance(part, list):
+            rows += part
+            continue
+        if rows:
+            arrays.append(to_struct_array(rows, typ))
+            rows = []
+        arrays.append(part if isinstance(part, pa.Array) else part.to_struct(typ, to_struct_array))
+    if rows:
+        arrays.append(to_struct_array(rows, typ))
     return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
 
 
