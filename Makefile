@@ -24,6 +24,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,notebooks]'
+	$(PY) -m amqp_decode.v0_9_1.warm
 	@touch $(STAMP)
 
 $(AIRFLOW_STAMP): pyproject.toml

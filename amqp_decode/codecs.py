@@ -22,6 +22,7 @@ from amqp_decode.tcp.reassembly import TLS_HANDSHAKE
 from amqp_decode.tcp.records import TO_SERVER, ConnectionRecord
 from amqp_decode.tls import KeyLog, TlsLayer
 from amqp_decode.v0_9_1 import Amqp091StreamDecoder
+from amqp_decode.v0_9_1.hotpath import FrameBatch, compiled_enabled
 
 HEADER_LEN = 8
 FAMILY_0_9_1 = ("0-8", "0-9", "0-9-1")
@@ -41,12 +42,14 @@ class DecodeOptions:
 
     def key_log(self) -> KeyLog | None:
         return getattr(self.tls_keys, "value", self.tls_keys)
+    compiled: str = "off"  # auto | on | off: the 0-9-1 hot frames through the numba walk (v0_9_1.hotpath); same rows; off until it pays (README Performance)
 
 
 def _v0_9_1(connection_id: str, dialect: str | None, o: DecodeOptions):
     return Amqp091StreamDecoder(
         connection_id, dialect=dialect if dialect in ("0-8", "0-9", "0-9-1") else None,
         field_table_letters=o.field_table_letters, max_error_bytes=o.max_error_bytes, body_prefix_bytes=o.body_prefix_bytes,
+        compiled=compiled_enabled(o.compiled),
     )
 
 
@@ -203,6 +206,22 @@ class DecodingConsumer:
         for row in rows:
             self._redactor.row(row)
         return rows
+
+    def drain_frame_parts(self) -> list:
+        """Frame rows in wire order as parts: lists of dicts, or the compiled path's ``FrameBatch`` (redacted like
+        ``drain_frames``)."""
+        parts_of = getattr(self.codec, "drain_frame_parts", None)
+        if parts_of is None:
+            rows = self.drain_frames()
+            return [rows] if rows else []
+        parts = parts_of()
+        for part in parts:
+            if isinstance(part, FrameBatch):
+                part.redact(self._redactor)
+            else:
+                for row in part:
+                    self._redactor.row(row)
+        return parts
 
     def drain_errors(self) -> list[dict]:
         return self.codec.drain_errors() if self.codec is not None else []

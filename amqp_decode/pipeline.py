@@ -223,6 +223,23 @@ def _struct_array(rows: list[dict], typ: pa.StructType) -> pa.Array:
     return pa.StructArray.from_arrays(children, fields=list(typ))
 
 
+def frame_array(parts: list, typ: pa.StructType) -> pa.Array:
+    """Frame parts (lists of row dicts, the 0-9-1 compiled path's ``FrameBatch``, struct arrays) as one struct array;
+    neighbouring lists of dicts are converted together (one conversion per run of them, not per connection)."""
+    arrays, rows = [], []
+    for part in parts:
+        if isinstance(part, list):
+            rows += part
+            continue
+        if rows:
+            arrays.append(to_struct_array(rows, typ))
+            rows = []
+        arrays.append(part if isinstance(part, pa.Array) else part.to_struct(typ, to_struct_array))
+    if rows:
+        arrays.append(to_struct_array(rows, typ))
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
 def _fits(v: int, typ: pa.DataType) -> bool:
     """Whether the column's integer width holds ``v``: a field can carry a wider value than its column (a 1.0
     channel-max sent as a uint, say); it becomes null, not a failed task."""
@@ -319,7 +336,8 @@ class _FlowDecoder:
         self.schema = options.flows_schema
         self.live: dict[str, DecodingConsumer] = {}
         self.facts: dict[str, dict] = {}
-        self.frames: list[dict] = []
+        self.frames: list = []  # parts in wire order: lists of row dicts, the compiled path's FrameBatch, struct arrays
+        self.frame_rows = 0
         self.errors: list[dict] = []
         self.reassembler = TcpReassembler(
             capture_id, amqp_ports=options.amqp_ports, tls_ports=options.tls_ports, sniff=options.sniff,
@@ -338,7 +356,9 @@ class _FlowDecoder:
         self.live.pop(conn.connection_id, None)
 
     def _collect(self, consumer: DecodingConsumer) -> None:
-        self.frames += consumer.drain_frames()
+        for part in consumer.drain_frame_parts():
+            self.frames.append(part)
+            self.frame_rows += len(part)
         self.errors += [_codec_error_row(self.capture_id, e) for e in consumer.drain_errors()]
         self.errors += [_codec_error_row(self.capture_id, e, STAGE_FRAME) for e in consumer.drain_frame_errors()]
 
@@ -373,9 +393,14 @@ class _FlowDecoder:
         gaps = [_gap_row(self.capture_id, g) for g in self.reassembler.drain_gaps()]
         self.errors += gaps
         limit = self.options.batch_rows
-        while self.frames and (final or len(self.frames) >= limit):
-            chunk, self.frames = self.frames[:limit], self.frames[limit:]
-            yield self.batch("frame", len(chunk), frame=to_struct_array(chunk, self.options.frame_struct))
+        if self.frame_rows and (final or self.frame_rows >= limit):
+            whole = frame_array(self.frames, self.options.frame_struct)
+            cut = len(whole) if final else len(whole) // limit * limit
+            for start in range(0, cut, limit):
+                chunk = whole.slice(start, min(limit, cut - start))
+                yield self.batch("frame", len(chunk), frame=chunk)
+            rest = whole.slice(cut)
+            self.frames, self.frame_rows = ([rest] if len(rest) else []), len(rest)
         if self.errors and (final or len(self.errors) >= limit or conns):
             chunk, self.errors = self.errors, []
             yield self.batch("error", len(chunk), error=pa.array(chunk, ERROR_STRUCT))

@@ -218,6 +218,7 @@ SPEC: dict[str, Rule] = {
     "decode.max_error_bytes": _int(0),
     "decode.body_prefix_bytes": _int(0),
     "decode.field_table_letters": _choice("rabbitmq", "spec"),
+    "decode.compiled": _choice("auto", "on", "off"),
     "decode.redact_headers": _names("a list of header or property names"),
     "logs.split_size": _size(),
     "logs.join_tolerance_s": _int(0),

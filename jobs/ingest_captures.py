@@ -73,6 +73,7 @@ def options_from(conf: Config) -> pipeline.Options:
             max_error_bytes=conf["decode.max_error_bytes"],
             body_prefix_bytes=conf["decode.body_prefix_bytes"],
             redact_headers=tuple(conf["decode.redact_headers"]),
+            compiled=conf["decode.compiled"],
         ),
         frame_struct=frame_struct(),
         facts_struct=facts_struct(),
@@ -108,6 +109,7 @@ def fingerprint(options: pipeline.Options) -> str:
     settings = {k: v for k, v in dataclasses.asdict(bare).items() if not k.endswith("_struct")}
     if keys:
         settings["tls_keys"] = keys.fingerprint()
+    settings["decode_options"].pop("compiled", None)  # the compiled path changes speed, not rows
     text = json.dumps({"version": __version__, **settings}, sort_keys=True, default=str)
     return f"{__version__}+{hashlib.blake2b(text.encode(), digest_size=6).hexdigest()}"
 

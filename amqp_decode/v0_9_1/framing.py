@@ -27,6 +27,7 @@ import re
 
 from amqp_decode.detect import HEADER_SIZE
 from amqp_decode.streaming import NO, RESYNC, START, SYNCED, WAIT, YES, DirectionFramerBase, ErrorRegion
+from amqp_decode.v0_9_1 import hotpath
 from amqp_decode.v0_9_1.primitives import FRAME_HEADER
 
 FOREIGN = "foreign"
@@ -76,7 +77,21 @@ class DirectionFramer(DirectionFramerBase):
         return pos + HEADER_SIZE
 
     def _synced(self, buf: bytes, mv: memoryview, pos: int, n: int, final: bool) -> int:
-        """Frame after frame while the mode stays SYNCED (the ``_run`` loop's test, without its dispatch per frame)."""
+        """Frame after frame while the mode stays SYNCED; runs of frames through the compiled walk when the owner has it."""
+        kernel = self.owner.hot_kernel
+        if kernel is None:
+            return self._frames(buf, mv, pos, n, False)
+        while True:
+            if n - pos >= self.owner.hot_min_bytes:
+                pos = hotpath.run(kernel, self, buf, mv, pos, n)
+                if pos >= n:
+                    return pos
+            pos = self._frames(buf, mv, pos, n, True)  # the frame that ended the walk
+            if pos >= n or self.stalled or self.mode != SYNCED:
+                return pos
+
+    def _frames(self, buf: bytes, mv: memoryview, pos: int, n: int, one: bool) -> int:
+        """The reference loop (the ``_run`` loop's test, without its dispatch per frame); ``one``: a single frame."""
         owner = self.owner
         on_frame, frame_limit = owner.on_frame, owner.frame_limit
         unpack, marks, base = FRAME_HEADER.unpack_from, self.marks, self.base
@@ -112,7 +127,7 @@ class DirectionFramer(DirectionFramerBase):
             on_frame(self, off, marks[0][1] if marks else 0, kind, channel, mv[pos + 7 : end - 1], end - pos)
             self.frame_bytes += end - pos
             pos = end
-            if pos >= n or self.stalled or self.mode != SYNCED:
+            if one or pos >= n or self.stalled or self.mode != SYNCED:
                 return pos
 
     def _scanner(self):

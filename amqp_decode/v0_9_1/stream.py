@@ -24,6 +24,7 @@ from amqp_decode.v0_9_1.facts import FACT_CLASSES, ConnectionFacts
 from amqp_decode.v0_9_1.fieldtable import RABBITMQ
 from amqp_decode.v0_9_1.frames import ALL_METHOD_KEYS, channel_rule, tables_for
 from amqp_decode.v0_9_1.framing import FOREIGN, SYNCED, DirectionFramer
+from amqp_decode.v0_9_1.hotpath import MIN_BYTES, FrameBatch, HotBuilder, HotRows, hot_tables, load_kernel
 from amqp_decode.v0_9_1.primitives import CONTENT_HEADER, METHOD_IDS
 from amqp_decode.v0_9_1.rows import FRAME_TEMPLATE, promote, to_json
 
@@ -42,7 +43,8 @@ class Amqp091StreamDecoder(StreamDecoderBase):
     ``field_table_letters`` "rabbitmq" (default) or "spec"; ``max_frame_size``;
     ``resync_max_frame``; ``max_error_bytes``; ``body_prefix_bytes`` (keep the
     first N body bytes of each message, default 0); ``redact`` (default True)
-    and ``redaction_key`` (HMAC key for matchable redactions).
+    and ``redaction_key`` (HMAC key for matchable redactions); ``compiled`` (default False): the hot
+    frames through the numba walk (``hotpath``) when numba imports, with the same rows.
     """
 
     FRAME_TEMPLATE = FRAME_TEMPLATE
@@ -60,6 +62,7 @@ class Amqp091StreamDecoder(StreamDecoderBase):
         body_prefix_bytes: int = 0,
         redact: bool = True,
         redaction_key: bytes | None = None,
+        compiled: bool = False,
     ) -> None:
         if dialect is not None and dialect not in FAMILY_0_9_1:
             raise ValueError(f"dialect must be one of {sorted(FAMILY_0_9_1)}, not {dialect!r}")
@@ -73,8 +76,35 @@ class Amqp091StreamDecoder(StreamDecoderBase):
         self._facts = ConnectionFacts(connection_id, redaction_key, redact)
         self._set_dialect(dialect or D0_9_1, "forced" if dialect else None)
         self._secrets_end: int | None = None  # to_server offset after which no SASL response follows
+        self.hot_kernel = load_kernel() if compiled else None
+        self.hot_min_bytes = MIN_BYTES  # buffers smaller than this stay on the Python path (tests lower it)
+        self._builders: dict[str, HotBuilder] = {}
 
     # -- output -----------------------------------------------------------------------------
+    def drain_frames(self) -> list[dict]:
+        """Frame rows as dicts, the compiled path's rows too (``drain_frame_parts`` keeps those columnar)."""
+        if self.hot_kernel is None:
+            return super().drain_frames()
+        out: list[dict] = []
+        for part in self.drain_frame_parts():
+            out.extend(part.to_rows() if isinstance(part, FrameBatch) else part)
+        return out
+
+    def drain_frame_parts(self) -> list:
+        """Frame rows in wire order: ``[rows]`` (dicts), or ``[FrameBatch]`` when the compiled path made some."""
+        items = super().drain_frames()
+        if not any(isinstance(item, HotRows) for item in items):
+            return [items] if items else []
+        self._builders = {}  # the batch's Arrow columns keep the builders' arrays
+        return [FrameBatch(hot_tables(self.tables), self.connection_id, self.dialect, items)]
+
+    def hot_builder(self, direction: str) -> HotBuilder:
+        """The compiled path's rows of ``direction`` since the last drain."""
+        builder = self._builders.get(direction)
+        if builder is None:
+            builder = self._builders[direction] = HotBuilder(direction)
+        return builder
+
     def connection_facts(self) -> dict:
         out = super().connection_facts()
         out["dialect"] = self.dialect  # a key of the facts: it keeps its place
