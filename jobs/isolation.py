@@ -3,8 +3,8 @@
 Whatever one capture makes a job raise (a decoder bug in a task, a file gone between listing and
 reading, a driver-side conversion), the captures that do not raise are written as usual; each one that
 still raises alone is marked ``failed`` in ``captures`` with the error text, and the run goes on
-(``amqplens run`` exits 3). Its row is written under a unit id of its own (``failed_unit``), so the
-next run does not count the capture as done and retries it, and only it. Usage errors (bad input
+(``amqplens run`` exits 3). Its row is written under a unit id of its own (``failed_unit``), its error
+begins with ``FAILED_IN``, and the next run retries it, and only it. Usage errors (bad input
 paths, bad config) are the caller's and are raised as before.
 """
 
@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 USAGE_ERRORS = (InputError, ConfigError)
 MAX_ERROR_CHARS = 1000  # of the text kept in captures.error
 # the line of a Python traceback (a Spark worker's, inside the JVM's error text) that names the exception
+# how the error of a capture that raised begins (what a file without a readable record says is final, not retried)
+FAILED_IN = "failed in "
 _EXCEPTION_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)):?\s(.*)$")
 
 
@@ -36,7 +38,7 @@ def error_text(stage: str, exc: BaseException) -> str:
     named = [m.group(1).rsplit(".", 1)[-1] + ": " + m.group(2) for m in map(_EXCEPTION_LINE.match, text.splitlines()) if m]
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     what = named[-1] if named else f"{type(exc).__name__}: {first}"
-    return f"{stage}: {what}"[:MAX_ERROR_CHARS]
+    return f"{FAILED_IN}{stage}: {what}"[:MAX_ERROR_CHARS]
 
 
 def isolated(stage: str, ids: list[str], run_all, run_one) -> Isolated:
@@ -88,12 +90,14 @@ def plan(store, apps: dict[str, str], run_id: str) -> tuple[dict[str, str], list
 
 
 def failed_ids(store, capture_ids: list[str]) -> set[str]:
-    """The captures of ``capture_ids`` whose captures row says failed (a rerun retries them)."""
+    """The captures of ``capture_ids`` that failed because a stage raised on them (a rerun retries them; a file with
+    nothing readable in it is failed too, but that is its final result, and a rerun changes no table)."""
     from pyspark.sql import functions as F
 
     if not capture_ids or store.delta("captures") is None:
         return set()
-    rows = (store.read("captures").where(F.col("capture_id").isin(list(capture_ids)) & (F.col("status") == "failed"))
+    rows = (store.read("captures").where(F.col("capture_id").isin(list(capture_ids)) & (F.col("status") == "failed")
+                                         & F.col("error").startswith(FAILED_IN))
             .select("capture_id").collect())
     return {r.capture_id for r in rows}
 

@@ -20,8 +20,8 @@ ValueError: year 49195 is out of range
 
 
 def test_error_text_names_the_stage_and_the_worker_s_exception():
-    assert isolation.error_text("ingest_captures", RuntimeError(SPARK_TEXT)) == "ingest_captures: ValueError: year 49195 is out of range"
-    assert isolation.error_text("lifecycle", KeyError("x")) == "lifecycle: KeyError: 'x'"
+    assert isolation.error_text("ingest_captures", RuntimeError(SPARK_TEXT)) == "failed in ingest_captures: ValueError: year 49195 is out of range"
+    assert isolation.error_text("lifecycle", KeyError("x")) == "failed in lifecycle: KeyError: 'x'"
     assert len(isolation.error_text("metrics", RuntimeError("y" * 5000))) == isolation.MAX_ERROR_CHARS
 
 
@@ -36,7 +36,7 @@ def test_a_stage_that_raises_runs_again_one_capture_at_a_time_and_only_the_culpr
 
     out = isolation.isolated("stage", ["a", "bad", "c"], run, lambda cid: run([cid]))
     assert calls == [["a", "bad", "c"], ["a"], ["bad"], ["c"]]
-    assert out.results == ["row-a", "row-c"] and out.failed == {"bad": "stage: ValueError: one bad capture"}
+    assert out.results == ["row-a", "row-c"] and out.failed == {"bad": "failed in stage: ValueError: one bad capture"}
 
 
 def test_a_stage_that_succeeds_runs_once_and_usage_errors_are_the_caller_s():
