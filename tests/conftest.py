@@ -18,6 +18,12 @@ DATA = ROOT / "tests" / "data"
 # cache keeps its tiered size (see jobs/session.py QUICK_JIT).
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
 
+# An xdist worker's __main__ (execnet) has neither __spec__ nor __file__, which pyspark.sql.connect (imported
+# by great-expectations) takes for a doctest run without grpc, and answers with sys.exit(0) during collection.
+_main = sys.modules.get("__main__")
+if _main is not None and getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
+    _main.__file__ = "<pytest-xdist worker>"
+
 
 @pytest.fixture(scope="session")
 def conf():
