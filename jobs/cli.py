@@ -18,7 +18,7 @@ import sys
 from jobs import preflight
 from jobs.config import ConfigError, add_config_arguments, config_from_args
 from jobs.inputs import InputError
-from jobs.progress import Stage, import_in_background, log_file_for, quiet_jvm
+from jobs.progress import Stage, log_file_for, quiet_jvm
 from jobs.validate import ValidationFailed
 
 DEMO_CAPTURE = pathlib.Path(__file__).resolve().parent / "data" / "demo.pcap"
@@ -273,8 +273,6 @@ def dispatch(args) -> int:
     except JavaMissing as exc:
         print(f"amqplens: {exc}", file=sys.stderr)
         return 1
-    if args.command in ("run", "demo") and conf["validate.enabled"] or args.command == "validate":
-        import_in_background("great_expectations")
     try:
         if args.command in ("ingest-captures", "ingest-logs", "run"):
             _run_stages(spark, conf, getattr(args, "input", []), args.run_id, only_ingest=args.command != "run",

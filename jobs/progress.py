@@ -67,24 +67,6 @@ def quiet_jvm(log_file: pathlib.Path | None):
             os.close(f)
 
 
-def import_in_background(*modules: str) -> None:
-    """Import ``modules`` in a daemon thread: a later stage finds them loaded (great-expectations takes seconds
-    to import, time the driver otherwise spends waiting for Spark's first jobs). A failed import is left for
-    the stage that needs the module to report."""
-    import importlib
-
-    import pandas  # noqa: F401 - the dependencies the caller's thread may import too are loaded before the thread starts
-
-    def load():
-        for m in modules:
-            try:
-                importlib.import_module(m)
-            except Exception:  # noqa: BLE001 - the stage importing it again says what is wrong
-                pass
-
-    threading.Thread(target=load, name="import-" + "-".join(modules), daemon=True).start()
-
-
 def counter(spark, name: str):
     """An accumulator the tasks add to (``acc.add(n)``); the running ``Stage`` shows it as ``<value> <name>``.
 

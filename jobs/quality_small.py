@@ -170,6 +170,23 @@ class SmallRun:
         return self._keys[target, whole_table]
 
 
+def with_anomaly(t: Table, df: pd.DataFrame) -> pd.DataFrame:
+    """``jobs.quality.with_anomaly``: deliveries' flags joined by ``,`` when there are any; flow_events' reason unless
+    ``REASON_NOT_ANOMALY`` calls it benign; other tables unchanged."""
+    if t.name == "deliveries":
+        def joined(flags):
+            flags = [] if flags is None or (isinstance(flags, float) and pd.isna(flags)) else list(flags)
+            return ",".join(str(f) for f in flags) if flags else None
+
+        return df.assign(**{ex.ANOMALY: pd.Series([joined(f) for f in df["flags"]], index=df.index, dtype=object)})
+    if t.name == "flow_events":
+        benign = pd.Series(False, index=df.index)
+        for event, reasons in ex.REASON_NOT_ANOMALY.items():
+            benign |= (df["event"] == event) & (True if reasons is None else df["reason"].isin(reasons))
+        return df.assign(**{ex.ANOMALY: df["reason"].where(df["reason"].notna() & ~benign.fillna(False).astype(bool), None)})
+    return df
+
+
 def batch(t: Table, run: SmallRun, conf) -> pd.DataFrame:
     """``jobs.quality.batch`` for a small run: table ``t``'s rows with every column its suite reads."""
     df = run.slice(t.name)
@@ -179,7 +196,7 @@ def batch(t: Table, run: SmallRun, conf) -> pd.DataFrame:
         df = with_accounting(df, run.slice("frames"), run.slice("decode_errors"))
     elif t.name == "metrics_latency":
         df = with_percentile_order(t, df)
-    df = with_negative(t, with_required(t, df))
+    df = with_anomaly(t, with_negative(t, with_required(t, df)))
     if ex.window_columns(t):
         df = with_window(t, df, run.slice("captures"), conf["validate.window_slack_s"])
     for column, target in ex.references(t).items():
