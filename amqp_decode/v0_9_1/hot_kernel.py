@@ -88,6 +88,22 @@ def _signed(v, bits):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _put_shortstr(out, o, buf, p, end):
+    """A shortstr at ``p`` written into ``out`` at ``o`` as a JSON string: (its text's start, its end, the new ``o``);
+    end -1 when it runs past ``end`` or is not plain text (the Python decoder then reads the frame)."""
+    if p >= end:
+        return 0, -1, o
+    a = p + 1
+    b = a + buf[p]
+    if b > end or not _plain_text(buf, a, b):
+        return 0, -1, o
+    out[o] = 34
+    o = _put(out, o + 1, buf, a, b)
+    out[o] = 34
+    return a, b, o + 1
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _put_bool(out, o, v):
     if v:
         out[o], out[o + 1], out[o + 2], out[o + 3] = 116, 114, 117, 101
@@ -128,16 +144,9 @@ def _method(buf, p, end, plan, nfields, keys, vals, sdata, so):
                 vals[V_BOOL_SET] |= 1 << slot
                 vals[V_BOOL_VALUE] |= bit << slot
         elif op == OP_SHORTSTR:
-            if p >= end:
+            a, b, js = _put_shortstr(sbuf, js, buf, p, end)
+            if b < 0:
                 return False
-            a = p + 1
-            b = a + buf[p]
-            if b > end or not _plain_text(buf, a, b):
-                return False
-            sbuf[js] = 34
-            js = _put(sbuf, js + 1, buf, a, b)
-            sbuf[js] = 34
-            js += 1
             if slot >= 0:
                 s = S_PROMOTED + slot
                 so[s] = _put(sdata[s], so[s], buf, a, b)
@@ -266,16 +275,9 @@ def _properties(buf, p, end, props, nprops, keys, sdata, so):
         if op == OP_FLAG:
             js = _put_bool(sbuf, js, 1)
         elif op == OP_SHORTSTR:
-            if p >= end:
+            _, e, js = _put_shortstr(sbuf, js, buf, p, end)
+            if e < 0:
                 return False
-            a = p + 1
-            e = a + buf[p]
-            if e > end or not _plain_text(buf, a, e):
-                return False
-            sbuf[js] = 34
-            js = _put(sbuf, js + 1, buf, a, e)
-            sbuf[js] = 34
-            js += 1
             p = e
         elif op == OP_TABLE:
             p, js = _table(buf, p, end, sbuf, js)
