@@ -223,7 +223,6 @@ SPEC: dict[str, Rule] = {
     "logs.split_size": _size(),
     "logs.join_tolerance_s": _int(0),
     "metrics.bucket": _duration(),
-    "metrics.exact_percentile_max_rows": _int(1),
     "report.out": _str(),
     "report.top_n": _int(1),
     "report.busiest": _int(1),

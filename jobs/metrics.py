@@ -22,7 +22,7 @@ from jobs.labels import label_maps, with_labels
 from jobs.lake import TableStore
 from jobs.metrics_e2e import end_to_end
 from jobs.metrics_flow import flow
-from jobs.metrics_frame import Frame, add_row_id, with_buckets, with_entities
+from jobs.metrics_frame import Frame, add_row_id, bucket_of, with_buckets, with_entities
 from schemas.metrics import METRICS_ERRORS, METRICS_LATENCY, METRICS_SETTLEMENT
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ UNSETTLED_AT_CLOSE = ("unconfirmed_at_close", "unsettled_at_close", "requeued_on
 
 def app_id(capture_id: str, decoder_version: str, conf: Config) -> str:
     return (f"amqplens/{JOB}/{capture_id}/{decoder_version}/{__version__}"
-            f"+b{conf['metrics.bucket']}e{conf['metrics.exact_percentile_max_rows']}")
+            f"+b{conf['metrics.bucket']}")
 
 
 # ------------------------------------------------------------------ entities
@@ -88,31 +88,40 @@ def deliveries_with_queue(deliveries, frames):
 
 
 # ------------------------------------------------------------------- latency
-def _latency_sources(deliveries, requests, connections, frames):
-    """One row per measured thing: ts (bucket), dialect, metric, direction, method, value_us, entity columns."""
+def _latency_sources(deliveries, e2e_rows, requests, connections, frames, atoms_bucket_s: int | None = None):
+    """One row per measured thing and entity: ts, dialect, metric, direction, method, value_us, entity columns.
+
+    ``atoms_bucket_s``: instead, the distinct (bucket, entity columns, metric, ...) of the measured things before
+    they are spread over entities, without values: the same groups from far fewer rows (map-side distinct).
+    """
     from pyspark.sql import functions as F
+
+    def spread(df, specs):
+        if atoms_bucket_s is not None:
+            df = df.withColumn("ts", bucket_of(F.col("ts"), atoms_bucket_s)).drop("value_us").distinct()
+        return with_entities(df, specs)
 
     d = deliveries
     settle_metric = (F.when((F.col("method") == "publish") & (F.col("settle_mode") == "confirm"), "publish_confirm")
                      .when(F.col("method").isin("deliver", "get-ok") & (F.col("settle_mode") != "auto_ack"), "deliver_settle")
                      .when((F.col("method") == "transfer") & (F.col("outcome") != "presettled"), "transfer_settle"))
-    settles = with_entities(
+    settles = spread(
         d.withColumn("metric", settle_metric).where(F.col("metric").isNotNull())
         .select("capture_id", F.col("sent_ts").alias("ts"), "dialect", "metric", "direction", "method",
                 F.col("settle_latency_us").alias("value_us"), "connection_id", "channel", "consumer_tag", "link_name",
                 "queue", "exchange"),
         _delivery_entities(F))
 
-    # rows: one per delivery from the broker (jobs/metrics_e2e.py: windows and equi-joins on a rank)
-    e2e = end_to_end(d).select(
+    # rows: one per delivery from the broker (jobs/metrics_e2e.py: one shuffle and a pass per key)
+    e2e = e2e_rows.select(
         "capture_id", F.col("sent_ts").alias("ts"), "dialect", F.lit("end_to_end").alias("metric"),
         F.lit(None).cast("string").alias("direction"), "method",
         (F.unix_micros("sent_ts") - F.unix_micros("p_ts")).alias("value_us"),
         "connection_id", "channel", "consumer_tag", "link_name", "queue", "exchange")
-    e2e = with_entities(e2e, _delivery_entities(F))
+    e2e = spread(e2e, _delivery_entities(F))
 
     conn, ch = F.col("connection_id"), F.col("channel")
-    rr = with_entities(
+    rr = spread(
         requests.select("capture_id", F.col("request_ts").alias("ts"), "dialect", F.lit("request_response").alias("metric"),
                         F.lit(None).cast("string").alias("direction"), F.col("request").alias("method"),
                         F.col("latency_us").alias("value_us"), "connection_id", "channel"),
@@ -131,37 +140,111 @@ def _latency_sources(deliveries, requests, connections, frames):
         value.alias("value_us"), "connection_id")
     amqp_hs = F.when(F.col("syn_seen") & F.col("open_ok_ts").isNotNull(),
                      F.unix_micros("open_ok_ts") - F.unix_micros("start_ts"))
-    conns = with_entities(
+    conns = spread(
         hs("tcp_handshake", F.col("handshake_rtt_us")).unionByName(
             hs("amqp_handshake", amqp_hs).where(F.col("dialect").isNotNull())),
         [("connection", conn, conn, None)])
-    cols = ["capture_id", "ts", "dialect", "metric", "direction", "method", "value_us", "entity_kind", "entity", "connection_id", "channel"]
+    cols = ["capture_id", "ts", "dialect", "metric", "direction", "method", *([] if atoms_bucket_s is not None else ["value_us"]),
+            "entity_kind", "entity", "connection_id", "channel"]
     return settles.select(cols).unionByName(e2e.select(cols)).unionByName(rr.select(cols)).unionByName(conns.select(cols))
 
 
-def latency(deliveries, requests, connections, frames, caps, bucket_s: int, exact_max: int):
+STATS_FIELDS = (("count", "long"), ("missing", "long"), ("mean_us", "double"), ("max_us", "long"), ("p50_us", "double"),
+                ("p90_us", "double"), ("p99_us", "double"))
+
+
+def _percentile(v, q: float) -> float:
+    """Spark's ``percentile`` of sorted ``v``: linear between the closest ranks, in its own arithmetic."""
+    import math
+
+    pos = (len(v) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return float(v[lo]) if lo == hi else (hi - pos) * float(v[lo]) + (pos - lo) * float(v[hi])
+
+
+def group_stats(batches):
+    """Rows sorted by (_g, _h, value_us) -> one row per group: count, missing, mean, max, p50, p90, p99 (exact).
+
+    Holds one group's values at a time (8 bytes each); a group may span batches."""
+    import numpy as np
+    import pyarrow as pa
+
+    names = ["_g", "_h", *(n for n, _ in STATS_FIELDS)]
+    out = {n: [] for n in names}
+
+    def close(g, h, chunks, missing):
+        v = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+        n = len(v)
+        row = (g, h, n, missing, float(v.astype(np.float64).sum() / n) if n else None, int(v[-1]) if n else None,
+               *((_percentile(v, q) if n else None) for q in (0.5, 0.9, 0.99)))
+        for name, x in zip(names, row):
+            out[name].append(x)
+
+    def flush():
+        batch = pa.RecordBatch.from_pydict(out, schema=STATS_SCHEMA)
+        for name in names:
+            out[name].clear()
+        return batch
+
+    cur, chunks, missing = None, [], 0
+    for b in batches:
+        if not b.num_rows:
+            continue
+        g, h = b.column("_g").to_numpy(), b.column("_h").to_numpy()
+        val = b.column("value_us")
+        nulls = val.is_null().to_numpy(zero_copy_only=False)
+        vals = val.fill_null(0).to_numpy()
+        starts = [0, *(np.flatnonzero((g[1:] != g[:-1]) | (h[1:] != h[:-1])) + 1).tolist(), len(g)]
+        for a, z in zip(starts, starts[1:]):
+            key = (int(g[a]), int(h[a]))
+            if key != cur:
+                if cur is not None:
+                    close(*cur, chunks, missing)
+                cur, chunks, missing = key, [], 0
+            nn = nulls[a:z]
+            missing += int(nn.sum())
+            chunks.append(vals[a:z][~nn])
+        if len(out["_g"]) >= 8192:
+            yield flush()
+    if cur is not None:
+        close(*cur, chunks, missing)
+    yield flush()
+
+
+def _stats_schema():
+    import pyarrow as pa
+
+    types = {"long": pa.int64(), "double": pa.float64()}
+    return pa.schema([("_g", pa.int64()), ("_h", pa.int32()), *((n, types[t]) for n, t in STATS_FIELDS)])
+
+
+STATS_SCHEMA = _stats_schema()
+
+
+def latency(deliveries, requests, connections, frames, caps, bucket_s: int, partitions: int | None = None):
+    """Exact percentiles of every group: its values sorted by Spark, read in order by ``group_stats``.
+
+    The group key is hashed twice (xxhash64 and murmur3: 96 bits) so that only narrow rows (hash, value) are
+    sorted; the key columns come back with one row per group (map-side aggregated) and meet the stats on the hash.
+    """
     from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
 
     keys = [*Frame.KEYS, "metric", "direction", "method"]
-    # rows: (deliveries + requests + 2 x connections) x entities (<= 8) x 2 buckets; the groupBys shrink that
-    rows = with_buckets(_latency_sources(deliveries, requests, connections, frames), caps, bucket_s)
-    # Both branches read the same rows: materialise them once (the end-to-end matching is the costly part).
-    # Which groups are too big for exact percentiles: the group's hash (nulls spelt out), counted without a
-    # shuffle of the rows (partial aggregation); at most rows / exact_max groups are big, a short list.
-    group = F.xxhash64(*[F.coalesce(F.col(k).cast("string"), F.lit("\\N")) for k in keys])
-    rows = rows.withColumn("_g", group).localCheckpoint()
-    big = [r._g for r in rows.groupBy("_g").agg(F.count("value_us").alias("n")).where(F.col("n") > exact_max).collect()]
-    is_big = F.col("_g").isin(big) if big else F.lit(False)
-    common = [F.count("value_us").alias("count"), F.sum(F.col("value_us").isNull().cast("long")).alias("missing"),
-              F.avg("value_us").alias("mean_us"), F.max("value_us").alias("max_us")]
-    # (a hash collision can only send a small group to the approximate branch)
-    exact = rows.where(~is_big).groupBy(*keys).agg(
-        *common, F.expr("percentile(value_us, array(0.5, 0.9, 0.99))").alias("p"), F.lit(True).alias("exact"))
-    approx = rows.where(is_big).groupBy(*keys).agg(
-        *common, F.expr("percentile_approx(value_us, array(0.5, 0.9, 0.99), 10000)").cast("array<double>").alias("p"),
-        F.lit(False).alias("exact"))
-    out = exact.unionByName(approx)
-    out = out.select("*", *[F.col("p")[i].alias(name) for i, name in enumerate(("p50_us", "p90_us", "p99_us"))]).drop("p")
+    spelt = [F.coalesce(F.col(k).cast("string"), F.lit("\\N")) for k in keys]
+    hashed = lambda df: df.withColumn("_g", F.xxhash64(*spelt)).withColumn("_h", F.hash(*spelt))  # noqa: E731
+    # materialised once: the end-to-end matching is read by both the values and the names
+    e2e = end_to_end(deliveries, partitions).localCheckpoint()
+    # rows: (deliveries + requests + 2 x connections) x entities (<= 8) x 2 buckets, narrowed to (hash, value)
+    rows = hashed(with_buckets(_latency_sources(deliveries, e2e, requests, connections, frames), caps, bucket_s))
+    n = partitions or deliveries.sparkSession.sparkContext.defaultParallelism * 2
+    # rows: the narrow (hash, value) rows sorted; out: one row per group
+    stats = (rows.select("_g", "_h", "value_us").repartition(n, "_g", "_h").sortWithinPartitions("_g", "_h", "value_us")
+             .mapInArrow(group_stats, from_arrow_schema(STATS_SCHEMA)))
+    # the groups' key columns from the distinct atoms (<= the measured things), spread the same way; one row per group
+    atoms = with_buckets(_latency_sources(deliveries, e2e, requests, connections, frames, bucket_s), caps, bucket_s)
+    named = hashed(atoms).groupBy("_g", "_h").agg(*[F.first(k).alias(k) for k in keys])
+    out = named.join(stats, ["_g", "_h"]).drop("_g", "_h").withColumn("exact", F.lit(True))
     return conform(add_row_id(out, keys), METRICS_LATENCY)
 
 
@@ -170,24 +253,27 @@ def settlement(deliveries, caps, bucket_s: int):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    # Counts add up: deliveries alike in every column an entity, a bucket or a measure reads are counted once
+    # first (the "atoms", by map-side aggregation), and only the atoms are spread over entities and buckets.
+    atom = ["capture_id", "dialect", "direction", "connection_id", "channel", "consumer_tag", "link_name", "queue",
+            "exchange", "outcome", "settle_mode"]
+    # rows: <= deliveries (grouped before any shuffle)
+    atoms = (deliveries.withColumn("ts", bucket_of(F.col("sent_ts"), bucket_s)).groupBy(*atom, "ts")
+             .agg(F.count("*").alias("n"), F.sum(F.coalesce("redelivered", F.lit(False)).cast("int")).alias("n_re"),
+                  F.sum(F.col("outcome").isin(*UNSETTLED_AT_CLOSE).cast("int")).alias("n_un")))
     measures = F.array(
-        F.struct(F.lit("outcome").alias("measure"), F.col("outcome").alias("value"), F.lit(1).alias("w")),
+        F.struct(F.lit("outcome").alias("measure"), F.col("outcome").alias("value"), F.col("n").alias("w")),
         F.struct(F.lit("settle_mode").alias("measure"), F.coalesce("settle_mode", F.lit("unknown")).alias("value"),
-                 F.lit(1).alias("w")),
-        F.struct(F.lit("redelivered").alias("measure"), F.lit("true").alias("value"),
-                 F.coalesce("redelivered", F.lit(False)).cast("int").alias("w")),
-        F.struct(F.lit("unsettled_at_close").alias("measure"), F.lit("true").alias("value"),
-                 F.col("outcome").isin(*UNSETTLED_AT_CLOSE).cast("int").alias("w")),
+                 F.col("n").alias("w")),
+        F.struct(F.lit("redelivered").alias("measure"), F.lit("true").alias("value"), F.col("n_re").alias("w")),
+        F.struct(F.lit("unsettled_at_close").alias("measure"), F.lit("true").alias("value"), F.col("n_un").alias("w")),
     )
-    rows = with_entities(
-        deliveries.select("capture_id", F.col("sent_ts").alias("ts"), "dialect", "direction", "connection_id", "channel",
-                          "consumer_tag", "link_name", "queue", "exchange", "outcome", "settle_mode", "redelivered"),
-        _delivery_entities(F))
+    rows = with_entities(atoms, _delivery_entities(F))
     rows = with_buckets(rows, caps, bucket_s).select("*", F.explode(measures).alias("m")).select("*", "m.*")
     group = [*Frame.KEYS, "direction"]
     keys = [*group, "measure", "value"]
-    # rows: deliveries x entities (<= 8) x 2 buckets x 4 measures, then groupBy and a window over its groups: fewer
-    out = rows.groupBy(*keys).agg(F.sum("w").cast("long").alias("count"), F.count("*").alias("rows"))
+    # rows: atoms (<= deliveries) x entities (<= 8) x 2 buckets x 4 measures, then groupBy and a window over its groups
+    out = rows.groupBy(*keys).agg(F.sum("w").cast("long").alias("count"), F.sum("n").alias("rows"))
     out = out.withColumn("messages", F.max(F.when(F.col("measure") == "redelivered", F.col("rows"))).over(Window.partitionBy(*group)))
     out = out.withColumn("rate", F.col("count") / F.col("messages"))
     return conform(add_row_id(out, keys), METRICS_SETTLEMENT)
@@ -278,9 +364,9 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     deliveries = deliveries_with_queue(read("deliveries").select(*DELIVERY_COLUMNS), control).cache()
     connections = read("connections")
     labels = label_maps(read("captures"), connections, frames)
-    bucket_s, exact_max = conf["metrics.bucket"], conf["metrics.exact_percentile_max_rows"]
+    bucket_s = conf["metrics.bucket"]
     tables = (
-        ("metrics_latency", latency(deliveries, read("request_responses"), connections, control, caps, bucket_s, exact_max)),
+        ("metrics_latency", latency(deliveries, read("request_responses"), connections, control, caps, bucket_s)),
         ("metrics_settlement", settlement(deliveries, caps, bucket_s)),
         ("metrics_flow", flow(read("flow_events"), connections, frames, caps, bucket_s)),
         ("metrics_errors", errors(control, read("decode_errors"), caps, bucket_s,  # last: its transaction marks the capture done

@@ -17,12 +17,20 @@ The rule (docs: schemas/metrics.py, metric ``end_to_end``):
 - Unmatched deliveries have no value and count in ``missing``; nothing is
   guessed.
 
-Every step is a window over a key or an equi-join on (key, rank), so the row
-counts stay within the input's: the largest intermediate is the union of the
-publishes and the deliveries.
+How it runs: the publishes, the deliveries from the broker and one "requeued"
+event per requeued delivery go through one shuffle by (capture, key), sorted by
+time within each key, and one pass over each key's events in a Python task
+(``fifo_pass``) counts publishes and deliveries per queue and applies the rule;
+a delivery's own columns ride along, so nothing is joined back. Rows: the
+publishes + the deliveries + the requeues, once each; the pass holds per key
+8 bytes per publish and, until the key ends, its redeliveries. The same rule as
+Spark windows and equi-joins on (key, rank) (``end_to_end_windows``, six
+shuffles) stays as the reference a test compares the pass with.
 """
 
 from __future__ import annotations
+
+import functools
 
 REQUEUED = ("nacked_requeue", "rejected_requeue", "recovered", "requeued_on_close", "released", "modified")
 # Requeues of one message followed back to its first delivery (one equi-join each); a redelivery
@@ -75,8 +83,8 @@ def ranked(rows, key):
     return rows.withColumn("rank", F.row_number().over(Window.partitionBy(*key).orderBy("ts", "id")))
 
 
-def end_to_end(deliveries):
-    """The from_broker deliveries with ``p_ts``: the time of the publish they were matched to (null: unmatched)."""
+def end_to_end_windows(deliveries):
+    """The reference: ``end_to_end`` as Spark windows and equi-joins on (key, rank). Same rows, six shuffles."""
     from pyspark.sql import functions as F
 
     d = deliveries.withColumn("_key", match_key(F))
@@ -121,3 +129,148 @@ def _resolve(link, origin):
         link = (link.join(step, F.col("prev") == F.col("_via"), "left")
                 .select("id", F.coalesce("_up", "prev").alias("prev")))
     return link.join(origin.withColumnRenamed("id", "prev"), "prev").select("id", "p_ts")
+
+
+# ----------------------------------------------------------------- one pass
+PUBLISH, REQUEUE, FIRST, AGAIN = 0, 1, 2, 3  # the events of a key; the first two supply, the others take
+NULL_US = -(2**63)  # a null time: sorts first, as Spark sorts nulls
+_EVENT_COLUMNS = ("_key", "_tsk", "_ev", "_id", "_q", "_rq")
+
+
+class _Take:
+    """One FIFO taker (a queue's first deliveries, or its redeliveries): the rank the next demand row takes.
+
+    With P the supply there at the j-th demand, m_j = j + min(0, min_{k<=j}(P_k - k)); the j-th takes rank m_j
+    when m_j > m_{j-1} (the ``fifo_take`` rule, row by row)."""
+
+    __slots__ = ("j", "lo", "m")
+
+    def __init__(self):
+        self.j, self.lo, self.m = 0, None, 0
+
+    def take(self, supply: int) -> int | None:
+        self.j += 1
+        d = supply - self.j
+        self.lo = d if self.lo is None or d < self.lo else self.lo
+        m = self.j + min(0, self.lo)
+        took = m > self.m
+        self.m = m
+        return m if took else None
+
+
+class _Key:
+    """The state of one (capture, key) while its events pass."""
+
+    def __init__(self):
+        import array
+
+        self.pubs = array.array("q")  # publish times in order (NULL_US: no time)
+        self.firsts: dict = {}  # queue -> _Take over the publishes
+        self.requeued: dict = {}  # queue -> ids of its requeued deliveries, in requeue order
+        self.agains: dict = {}  # queue -> _Take over its requeued deliveries
+        self.origin: dict = {}  # requeued first delivery id -> its publish time (None: unmatched)
+        self.links: dict = {}  # redelivery id -> the requeued delivery it took
+        self.waiting: list = []  # (1-row batch, id) of the redeliveries, answered when the key ends
+
+    def resolve(self, rid: str):
+        """A redelivery's publish time: its requeued delivery, followed back at most HOPS requeues."""
+        prev = self.links.get(rid)
+        if prev is None:
+            return None
+        for _ in range(HOPS - 1):
+            prev = self.links.get(prev, prev)
+        return self.origin.get(prev)
+
+
+def fifo_pass(batches, payload: list[str]):
+    """Events of each (capture, key) sorted by (time, supply first, id) -> each delivery's payload and ``p_us``.
+
+    Publishes and requeues are supply; first deliveries take publishes, redeliveries requeued deliveries,
+    per queue. First deliveries are answered at once, redeliveries when their key ends.
+    """
+    import pyarrow as pa
+
+    def out(rows: pa.RecordBatch, p: list) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays([*rows.columns, pa.array(p, pa.int64())], names=[*payload, "p_us"])
+
+    def finish(k: _Key):
+        if k.waiting:
+            rows = pa.Table.from_batches([b for b, _ in k.waiting]).combine_chunks().to_batches()
+            p = [k.resolve(rid) for _, rid in k.waiting]
+            at = 0
+            for r in rows:
+                yield out(r, p[at:at + r.num_rows])
+                at += r.num_rows
+
+    current, k = None, None
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        ev = batch.select(["capture_id", *_EVENT_COLUMNS]).to_pydict()
+        rows = batch.select(payload)
+        idx, p = [], []
+        for i, (cid, key, ts, kind, rid, q, rq) in enumerate(zip(ev["capture_id"], *(ev[c] for c in _EVENT_COLUMNS))):
+            if (cid, key) != current:
+                if k is not None:
+                    yield from finish(k)
+                current, k = (cid, key), _Key()
+            if kind == PUBLISH:
+                k.pubs.append(ts)
+            elif kind == REQUEUE:
+                k.requeued.setdefault(q, []).append(rid)
+            elif kind == FIRST:
+                t = k.firsts.get(q) or k.firsts.setdefault(q, _Take())
+                rank = t.take(len(k.pubs))
+                pt = None if rank is None or k.pubs[rank - 1] == NULL_US else k.pubs[rank - 1]
+                if rq:
+                    k.origin[rid] = pt
+                idx.append(i)
+                p.append(pt)
+            else:
+                t = k.agains.get(q) or k.agains.setdefault(q, _Take())
+                supply = k.requeued.get(q, ())
+                rank = t.take(len(supply))
+                if rank is not None:
+                    k.links[rid] = supply[rank - 1]
+                k.waiting.append((rows.slice(i, 1), rid))
+        if idx:
+            yield out(rows.take(pa.array(idx, pa.int32())), p)
+    if k is not None:
+        yield from finish(k)
+
+
+def end_to_end(deliveries, partitions: int | None = None):
+    """The from_broker deliveries with ``p_ts``: the time of the publish they were matched to (null: unmatched).
+
+    One shuffle of the publishes, the deliveries and their requeues by (capture, key), then ``fifo_pass``.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    d = deliveries.withColumn("_key", match_key(F))
+    payload = list(deliveries.columns)
+    dels = d.where(F.col("direction") == "from_broker")
+    keyless = dels.where(F.col("_key").isNull()).drop("_key").withColumn("p_ts", F.lit(None).cast("timestamp"))
+    dels = dels.where(F.col("_key").isNotNull()).withColumn(
+        "_q", F.coalesce("queue", F.concat_ws("/", "connection_id", "channel", "consumer_tag", "link_name")))
+    tsk = lambda c: F.coalesce(F.unix_micros(c), F.lit(NULL_US))  # noqa: E731
+    nulls = [F.lit(None).cast(f.dataType).alias(f.name) for f in deliveries.schema.fields if f.name != "capture_id"]
+    ev = lambda df, ts, kind, q, rq, *rest: df.select(  # noqa: E731
+        "capture_id", "_key", tsk(ts).alias("_tsk"), F.lit(kind).alias("_ev"), F.col("delivery_id").alias("_id"),
+        q.alias("_q"), rq.alias("_rq"), *rest)
+    requeued = F.col("outcome").isin(*REQUEUED)
+    again = F.coalesce("redelivered", F.lit(False))
+    pubs = ev(d.where((F.col("direction") == "to_broker") & F.col("_key").isNotNull()), "sent_ts", PUBLISH,
+              F.lit(None).cast("string"), F.lit(False)).select("*", *nulls)
+    requeues = ev(dels.where(requeued), F.coalesce("settled_ts", "sent_ts"), REQUEUE, F.col("_q"), F.lit(False)).select("*", *nulls)
+    demand = ev(dels, "sent_ts", F.when(again, AGAIN).otherwise(FIRST), F.col("_q"), requeued,
+                *[c for c in payload if c != "capture_id"])
+    schema = T.StructType([*[deliveries.schema[c] for c in payload], T.StructField("p_us", T.LongType())])
+    events = pubs.unionByName(requeues).unionByName(demand)
+    # rows: publishes + requeues + first and redeliveries, one shuffle by key; the pass yields one row per delivery
+    n = partitions or deliveries.sparkSession.sparkContext.defaultParallelism * 2
+    matched = (events.repartition(n, "capture_id", "_key")
+               .sortWithinPartitions("capture_id", "_key", "_tsk", F.col("_ev") >= FIRST, "_id")
+               .mapInArrow(functools.partial(fifo_pass, payload=payload), schema)
+               .withColumn("p_ts", F.timestamp_micros("p_us")).drop("p_us"))
+    return matched.unionByName(keyless)

@@ -19,11 +19,12 @@ def _intervals(flow_events, connections, frames):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    order = frames.select("frame_id", "stream_offset")
     w = Window.partitionBy(*ENTITY).orderBy("ts", "stream_offset", "event_id")
     conn = connections.select("connection_id", "dialect", F.col("end_ts").alias("conn_end"))
-    # rows: frame_id and connection_id are unique on the right: flow_events; the window keeps them
-    iv = (flow_events.join(order, "frame_id", "left").join(conn, "connection_id", "left")
+    # the causing frame's stream_offset is the last part of its frame_id (schemas/tables.py): no join with frames
+    offset = F.element_at(F.split("frame_id", "-"), -1).cast("long")
+    # rows: connection_id is unique on the right: flow_events; the window keeps them
+    iv = (flow_events.withColumn("stream_offset", offset).join(conn, "connection_id", "left")
           .withColumn("t0", F.unix_micros("ts"))
           .withColumn("t1", F.unix_micros(F.coalesce(F.lead("ts").over(w), "conn_end")))
           .withColumn("t1", F.greatest("t0", F.coalesce("t1", "t0"))))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas import Table, table
@@ -54,13 +55,19 @@ def _text(values: pd.Series, column_type: str) -> pd.Series:
 
 
 def _shown(t: Table, df: pd.DataFrame, column: str, flagged: pd.Series) -> pd.Series:
-    """``column=value`` where ``flagged``, else null."""
-    text = "" + column + "=" + _text(df[column], t.column(column).type).fillna("null")
-    return text.where(flagged.fillna(False).astype(bool), None)
+    """``column=value`` where ``flagged``, else null (only the flagged rows' values are written out: usually none)."""
+    flagged = flagged.fillna(False).astype(bool)
+    out = pd.Series(None, index=df.index, dtype=object)
+    if flagged.any():
+        out[flagged] = ("" + column + "=" + _text(df.loc[flagged, column], t.column(column).type).fillna("null")).to_numpy()
+    return out
 
 
 def _listed(parts: list[pd.Series], index) -> pd.Series:
     """'a, b' of the non-null parts per row, or null when every part is null."""
+    parts = [p for p in parts if p.notna().any()]
+    if not parts:
+        return pd.Series(None, index=index, dtype=object)
     out = pd.Series([""] * len(index), index=index, dtype=object)
     for p in parts:
         p = p.fillna("")
@@ -108,7 +115,16 @@ def with_reference(t: Table, df: pd.DataFrame, column: str, keys: set) -> pd.Dat
             lost = [v for v in values if v is None or v not in keys]
             return ", ".join(sorted({v for v in lost if v is not None})) if lost else None
 
-        return df.assign(**{ex.missing_column(column): df[column].map(missing)})
+        # the rows with an element ``keys`` lacks, found column-wise; only those are written out
+        lists = pa.array(df[column].tolist(), pa.list_(pa.string()))
+        flat = pc.list_flatten(lists)
+        lost = pc.invert(pc.fill_null(pc.is_in(flat, value_set=pa.array(list(keys), pa.string())), False))
+        rows = set(pc.filter(pc.list_parent_indices(lists), lost).to_pylist())
+        out = pd.Series(None, index=df.index, dtype=object)
+        if rows:
+            at = sorted(rows)
+            out.iloc[at] = [missing(df[column].iloc[i]) for i in at]
+        return df.assign(**{ex.missing_column(column): out})
     values = df[column]
     return df.assign(**{ex.missing_column(column): values.where(values.notna() & ~values.isin(keys), None)})
 

@@ -37,7 +37,7 @@ METRICS_LATENCY = Table(
     doc=(
         "How long things took, per time bucket and entity: count, mean and percentiles in microseconds. "
         "A row is counted in the bucket of its start (publish, deliver, request, SYN). Percentiles are exact "
-        "for groups up to metrics.exact_percentile_max_rows values and approximate (percentile_approx) beyond."
+        "(every group's values sorted, linear between the closest ranks as Spark's percentile)."
     ),
     key=("metric_row_id",),
     columns=(
@@ -54,7 +54,8 @@ METRICS_LATENCY = Table(
         C("p90_us", "double", "90th percentile"),
         C("p99_us", "double", "99th percentile"),
         C("max_us", "int64", "maximum"),
-        C("exact", "bool", "percentiles are exact (false: percentile_approx)", False),
+        C("exact", "bool", "percentiles are exact (always true since every group's values are sorted; false in rows of "
+                              "older versions, which used percentile_approx for large groups)", False),
     ),
 )
 

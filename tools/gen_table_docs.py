@@ -28,7 +28,7 @@ METRICS_HEADER = """## Metric definitions
 What each `metric` (or `measure`) of the `metrics_*` tables means. Every metric row is about one time bucket
 (`metrics.bucket`, default 1 minute; `bucket_seconds = 0` is the whole capture) and one entity: the capture, a connection,
 a channel, a consumer tag, a 1.0 link or session, a queue, an exchange or a 1.0 address. Latencies are in microseconds,
-with exact percentiles for groups up to `metrics.exact_percentile_max_rows` values and `percentile_approx` beyond.
+with exact percentiles (linear between the closest ranks, as Spark's `percentile`).
 """
 
 

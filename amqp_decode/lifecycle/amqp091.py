@@ -354,7 +354,15 @@ class Connection091:
         p, n = ch.prefetch_count, ch.in_flight
         rows.append(flow_row(self.cid, fid, ts, "channel", ch.number, event, channel=ch.number, prefetch_count=p,
                              in_flight=n, at_limit=n >= p > 0, flow_active=ch.flow_active, reason=reason))
+        # one row per consumer tag: a tag re-used on the channel (a consume with the tag of a consumer the capture only
+        # saw deliveries for) leaves records of both; the channel's current consumer of the tag speaks for it
+        tags: dict = {}
         for c in consumers:
+            tags.setdefault(c.tag, []).append(c)
+        for tag in sorted(tags):
+            same = tags[tag]
+            c = same[0] if len(same) == 1 else next((x for x in same if ch.consumers.get(tag) is x),
+                                                     max(same, key=lambda x: (x.in_flight, x.prefetch)))
             rows.append(flow_row(self.cid, fid, ts, "consumer", f"{ch.number}-{c.tag}", event, channel=ch.number, consumer_tag=c.tag,
                                  prefetch_count=c.prefetch, in_flight=c.in_flight, at_limit=c.in_flight >= c.prefetch > 0))
 

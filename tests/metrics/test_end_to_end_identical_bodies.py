@@ -25,7 +25,7 @@ import pytest
 from jobs import ingest_captures, lifecycle, metrics
 from jobs.lake import TableStore
 from jobs.metrics import deliveries_with_queue
-from jobs.metrics_e2e import end_to_end
+from jobs.metrics_e2e import end_to_end, end_to_end_windows
 from tests.v0_9_1.encoder import Encoder
 from tests.v1_0.pcap_writer import connection_pcap
 
@@ -180,3 +180,16 @@ def test_largest_intermediate_grows_linearly(identical_lake, spark):
     small, big = SIZES
     assert rows[small] <= inputs[small] and rows[big] <= inputs[big]
     assert rows[big] / rows[small] <= 1.1 * big / small
+
+
+def test_one_pass_gives_the_rows_of_the_window_reference(identical_lake):
+    """``end_to_end`` (one shuffle and a pass per key in Python) against ``end_to_end_windows`` (the rule as Spark
+    windows and joins on a rank): the same publish time for every delivery, requeued ones included."""
+    store, _ = identical_lake
+    d = deliveries_with_queue(store.read("deliveries"), store.read("frames"))
+    one = end_to_end(d, partitions=3).select("delivery_id", "p_ts")
+    ref = end_to_end_windows(d).select("delivery_id", "p_ts")
+    rows = sorted(one.collect())
+    assert rows == sorted(ref.collect())
+    assert len(rows) == d.where("direction = 'from_broker'").count()
+    assert sum(r.p_ts is not None for r in rows) > sum(SIZES)

@@ -127,19 +127,29 @@ def test_publish_confirm_latency_by_hand(metrics_lake):
         assert r[col] == pytest.approx(np.percentile(want, q))  # Spark's exact percentile interpolates linearly too
 
 
-def test_approx_percentiles_beyond_the_limit(spark, metrics_lake):
+def test_exact_percentiles_when_a_group_spans_arrow_batches(spark, metrics_lake):
+    """Percentiles are read from sorted values in Python (jobs.metrics.group_stats); with 7-row Arrow batches every
+    group of more than 7 values spans batches, and the capture's confirm latencies must still come out exact."""
     from jobs import metrics
-    from tests.metrics.conftest import CAPTURES  # noqa: F401  (same lake)
 
     conf, store, _ = metrics_lake
     cid = capture_id("publish_confirms")
     caps = store.read("captures").where(f"capture_id = '{cid}'").select("capture_id", "capture_date", "first_ts")
     read = lambda t: store.read(t).where(f"capture_id = '{cid}'")  # noqa: E731
-    out = metrics.latency(read("deliveries"), read("request_responses"), read("connections"), read("frames"), caps, 60, 10)
-    (r,) = out.where("bucket_seconds = 0 and entity_kind = 'capture' and metric = 'publish_confirm'").collect()
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "7")
+    try:
+        out = metrics.latency(read("deliveries"), read("request_responses"), read("connections"), read("frames"), caps, 60,
+                              partitions=1)
+        (r,) = out.where("bucket_seconds = 0 and entity_kind = 'capture' and metric = 'publish_confirm'").collect()
+    finally:
+        spark.conf.set(key, before)
     want = _confirm_latencies(store)
-    assert not r.exact and r["count"] == len(want) and r.max_us == max(want)
-    assert min(want) <= r.p50_us <= max(want)
+    assert len(want) > 7 and r.exact and (r["count"], r.missing, r.max_us) == (len(want), 0, max(want))
+    assert r.mean_us == pytest.approx(np.mean(want))
+    for q, col in ((50, "p50_us"), (90, "p90_us"), (99, "p99_us")):
+        assert r[col] == pytest.approx(np.percentile(want, q))
 
 
 def test_deliver_ack_latency_by_hand(metrics_lake):
@@ -311,3 +321,16 @@ def test_amqp010_transfer_to_accept_latency_by_hand(metrics_lake):
     (r,) = whole(store, "metrics_latency", name, entity_kind="capture", metric="transfer_settle", dialect="0-10",
                  direction="from_broker")
     assert (r["count"], r.max_us) == (len(lat), max(lat))
+
+
+def test_end_to_end_pass_matches_the_window_reference_on_every_fixture(metrics_lake):
+    """The one-pass matching (jobs/metrics_e2e.fifo_pass) and the same rule as Spark windows give every delivery of
+    every real-broker fixture (0-9-1, 1.0, 0-10; message ids, nacks and requeues, a twin capture) the same publish."""
+    from jobs.metrics import DELIVERY_COLUMNS, control_frames, deliveries_with_queue
+    from jobs.metrics_e2e import end_to_end, end_to_end_windows
+
+    _, store, _ = metrics_lake
+    d = deliveries_with_queue(store.read("deliveries").select(*DELIVERY_COLUMNS), control_frames(store.read("frames")))
+    one = sorted(end_to_end(d).select("delivery_id", "p_ts").collect())
+    assert one == sorted(end_to_end_windows(d).select("delivery_id", "p_ts").collect())
+    assert any(r.p_ts is not None for r in one) and any(r.p_ts is None for r in one)
