@@ -113,10 +113,10 @@ class ConnectionLifecycle:
         capture_id = self.capture_of.pop(cid, None)
         if not parts or capture_id in self.failed:
             return
-        frames = _table(parts, self.types)
-        # Spark's ascending order: nulls first; pyarrow's sort is stable, and the keys leave no ties anyway
-        order = pc.sort_indices(frames, options=_SORT)
         try:
+            frames = _table(parts, self.types)
+            # Spark's ascending order: nulls first; pyarrow's sort is stable, and the keys leave no ties anyway
+            order = pc.sort_indices(frames, options=_SORT)
             for start in range(0, len(order), self.batch_rows):
                 taken = frames.take(order.slice(start, self.batch_rows))
                 # the columns every part left all null come back as nulls here, a chunk at a time (the machines read
