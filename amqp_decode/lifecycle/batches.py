@@ -44,8 +44,12 @@ def lifecycle_out_schema(delivery_struct: pa.StructType, flow_event_struct: pa.S
     ])
 
 
-def frame_rows(batch: pa.RecordBatch) -> list[dict]:
-    """The batch's rows as dicts of the columns the machines read, with ``ts_us``."""
+def frame_rows(batch: pa.RecordBatch, columns: list[str] | None = None) -> list[dict]:
+    """The batch's rows as dicts of the columns the machines read, with ``ts_us``.
+
+    ``columns``: the keys every row gets (default: the ``FRAME_COLUMNS`` the batch
+    holds, ``ts_us`` included); those the batch lacks are None, as its all-null ones.
+    """
     names = batch.schema.names
     if "ts_us" not in names and "ts" in names:
         ts = batch.column("ts")
@@ -56,8 +60,10 @@ def frame_rows(batch: pa.RecordBatch) -> list[dict]:
     # Column by column, and every all-null column (most of them: each dialect fills its own) from a
     # template dict instead of converting its nulls: a third cheaper than ``to_pylist`` on the batch.
     n = batch.num_rows
-    columns = [c for c in FRAME_COLUMNS if c in names]
-    filled = [c for c in columns if batch.column(c).null_count < n]
+    if columns is None:
+        columns = [c for c in FRAME_COLUMNS if c in names]
+    present = set(names)
+    filled = [c for c in columns if c in present and batch.column(c).null_count < n]
     template = dict.fromkeys(columns)
     if not filled:
         return [template.copy() for _ in range(n)]
@@ -75,9 +81,9 @@ class LifecycleBatcher:
     """A ``LifecycleRunner`` whose rows leave as output batches of ``batch_rows`` rows per kind.
 
     ``feed`` frames-table batches (in the order the runner wants, see runner.py),
-    ``end_connection`` when the caller knows a connection is whole, ``finish``
-    at the end; each returns the output batches that are full by then (all of
-    them for ``finish``).
+    ``end_connection`` when the caller knows the connection fed last is whole,
+    ``finish`` at the end; each returns the output batches that are full by then
+    (all of them for ``finish``).
     """
 
     def __init__(self, delivery_struct: pa.StructType, flow_event_struct: pa.StructType,
@@ -89,9 +95,10 @@ class LifecycleBatcher:
         self.runner = LifecycleRunner(options)
         self.pending: dict[str, list] = {k: [] for k in KINDS}  # kind -> [(capture_id, row)]
 
-    def feed(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    def feed(self, batch: pa.RecordBatch, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """``columns``: see ``frame_rows``."""
         if batch.num_rows:
-            self.runner.feed(frame_rows(batch))
+            self.runner.feed(frame_rows(batch, columns))
             yield from self._emit(final=False)
 
     def end_connection(self) -> Iterator[pa.RecordBatch]:
