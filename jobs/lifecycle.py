@@ -9,6 +9,13 @@ write the three tables' Parquet files themselves (``StagedWriter``) and the
 driver commits them, request_responses last. A capture is redone when its
 frames were re-ingested (the transaction id carries the captures row's
 decoder version) or the lifecycle code changed.
+
+Captures ingested with ``lifecycle.fused`` (the default) are done already: the
+ingest's decode tasks ran the same machines on each connection and the ingest
+committed the three tables under this job's transaction ids (``app_id``,
+``commit``; jobs/ingest_captures.py). What is left for this job: frames from
+logs (Proton traces), captures ingested with ``lifecycle.fused`` off or by an
+older version, and re-deriving a lake.
 """
 
 from __future__ import annotations
