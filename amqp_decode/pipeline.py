@@ -11,7 +11,8 @@ split and one ``capture_error`` row per container problem, both with
 Stage 2, ``decode_flows``: packets repartitioned by flow_key and sorted by
 (flow_key, ts_us, record_offset) -> one row per output record with ``kind``
 saying which struct column holds it (``connection``, ``error``), plus the
-``split_stats`` rows passed through.
+``split_stats`` rows passed through. A ``connection`` row's ``meta`` says when
+the connection's frames are all out (``frames_through``, see ``_FlowDecoder``).
 """
 
 from __future__ import annotations
@@ -338,6 +339,7 @@ class _FlowDecoder:
         self.facts: dict[str, dict] = {}
         self.frames: list = []  # parts in wire order: lists of row dicts, the compiled path's FrameBatch, struct arrays
         self.frame_rows = 0
+        self.frames_total = 0  # frame rows collected so far (emitted, or held in self.frames)
         self.errors: list[dict] = []
         self.reassembler = TcpReassembler(
             capture_id, amqp_ports=options.amqp_ports, tls_ports=options.tls_ports, sniff=options.sniff,
@@ -359,6 +361,7 @@ class _FlowDecoder:
         for part in consumer.drain_frame_parts():
             self.frames.append(part)
             self.frame_rows += len(part)
+            self.frames_total += len(part)
         self.errors += [_codec_error_row(self.capture_id, e) for e in consumer.drain_errors()]
         self.errors += [_codec_error_row(self.capture_id, e, STAGE_FRAME) for e in consumer.drain_frame_errors()]
 
@@ -374,6 +377,15 @@ class _FlowDecoder:
         yield from self.drain(final=True)
 
     def drain(self, final: bool) -> Iterator[pa.RecordBatch]:
+        """Connections, frames and errors decoded so far (all of them when ``final``).
+
+        A connection's batch comes before some of its frames (frames leave in
+        batches of ``batch_rows``), so its ``meta`` carries ``frames_through``:
+        the count of this capture's frame rows, in the order the frame batches
+        give them, by which all of the connection's frames are out. A consumer
+        that counts the capture's frame rows knows then that the connection is
+        whole (the fused lifecycle, ``amqp_decode/lifecycle/fused.py``).
+        """
         for consumer in list(self.live.values()):
             self._collect(consumer)
         conns = self.reassembler.drain_connections()
@@ -387,6 +399,7 @@ class _FlowDecoder:
                             self.errors.append(row)
             yield self.batch(
                 "connection", len(conns),
+                meta=pa.array([json.dumps({"frames_through": self.frames_total})] * len(conns), pa.string()),
                 connection=pa.array([dataclasses.asdict(c) for c in conns], CONNECTION_STRUCT),
                 facts=to_struct_array([f or {} for f in facts], self.options.facts_struct),
             )

@@ -74,12 +74,14 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
     from jobs import ingest_captures, ingest_logs, lifecycle, metrics, report
 
     ids = []
+    fused: set[str] = set()  # captures whose lifecycle tables the ingest wrote (lifecycle.fused)
     if inputs:
         with Stage("ingest-captures", spark) as stage:
             result = ingest_captures.run(spark, conf, inputs, run_id=run_id)
             stage.done(f"{len(result.captures)} capture(s) written, {len(result.skipped)} already done"
                        + (f", {len(result.failed)} failed" if result.failed else ""))
         ids += [c["capture_id"] for c in result.captures] + result.skipped + list(result.failed)
+        fused = set(result.lifecycle)
     if logs:  # after the captures (its events join their connections), before lifecycle (trace frames feed it)
         with Stage("ingest-logs", spark) as stage:
             done = ingest_logs.run(spark, conf, logs, run_id=run_id)
@@ -92,8 +94,12 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
         return None
     ids = _without_failed(spark, conf, ids)
     with Stage("lifecycle", spark) as stage:
-        done, ids = _isolated_stage(spark, conf, "lifecycle", lifecycle.run, ids, run_id)
-        stage.done(f"{len(done)} capture(s) written")
+        # the job only for what the ingest did not do (logs, captures ingested before, lifecycle.fused off)
+        todo = [cid for cid in ids if cid not in fused]
+        done, going_on = _isolated_stage(spark, conf, "lifecycle", lifecycle.run, todo, run_id) if todo else ([], [])
+        ids = [cid for cid in ids if cid in fused or cid in going_on]
+        in_ingest = len([cid for cid in ids if cid in fused])
+        stage.done(f"{len(done)} capture(s) written" + (f", {in_ingest} done in ingest-captures" if in_ingest else ""))
     with Stage("metrics", spark) as stage:
         done, ids = _isolated_stage(spark, conf, "metrics", metrics.run, ids, run_id)
         stage.done(f"{len(done)} capture(s) written")

@@ -220,6 +220,7 @@ SPEC: dict[str, Rule] = {
     "decode.field_table_letters": _choice("rabbitmq", "spec"),
     "decode.compiled": _choice("auto", "on", "off"),
     "decode.redact_headers": _names("a list of header or property names"),
+    "lifecycle.fused": _bool(),
     "logs.split_size": _size(),
     "logs.join_tolerance_s": _int(0),
     "metrics.bucket": _duration(),

@@ -8,6 +8,14 @@ connections, frames and decode_errors files themselves, and the driver commits
 them through the TableStore and then writes the captures rows: one Spark job. A capture whose rows were already committed with the same decoder
 version and config is skipped; the captures table is written last, so its
 row marks a capture as done.
+
+With ``lifecycle.fused`` (the default) the decoding tasks also run the
+lifecycle machines on each connection once its frames are decoded
+(``amqp_decode/lifecycle/fused.py``) and write deliveries, flow_events and
+request_responses; the driver commits them under the lifecycle job's own
+transaction ids (``lifecycle.app_id``), after the ingest's three tables and
+before captures (see ``_commit``), so the lifecycle job finds those captures
+done.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from amqp_decode import pipeline
 from amqp_decode.capture import plan_splits, sniff_format
 from amqp_decode.codecs import DecodeOptions
 from amqp_decode.tls import KeyLog
-from jobs import isolation, progress
+from jobs import isolation, lifecycle, progress
 from jobs.config import Config
 from jobs.inputs import CaptureFile, InputError, capture_files
 from jobs.lake import TableStore
@@ -47,6 +55,7 @@ class IngestResult:
     captures: list[dict]  # the captures rows written (or found done)
     skipped: list[str]  # capture ids already ingested with this decoder version/config
     failed: dict[str, str] = dataclasses.field(default_factory=dict)  # capture id -> error, of captures that raised
+    lifecycle: list[str] = dataclasses.field(default_factory=list)  # capture ids whose lifecycle tables it committed (fused)
 
 
 # Columns of frames that the job adds itself (the codec rows carry ts_us instead of ts).
@@ -148,6 +157,7 @@ def _split_rows(files: list[CaptureFile], split_size: int, min_split_size: int =
 STAGED_FILE = "staged_file"  # kind of the flows rows that report a file a task wrote (meta: table, unit, path, rows)
 TASK_COUNTS = "task_counts"  # kind of the flows rows with a task's counts per capture (meta: CaptureCounts as JSON)
 STAGED_TABLES = ("connections", "frames", "decode_errors")  # what the decode tasks write themselves
+LIFECYCLE_FAILED = "lifecycle_failed"  # kind of the flows rows naming a capture the fused lifecycle left to the job (meta: why)
 
 
 def frame_rows(out):
@@ -241,7 +251,7 @@ def read_counted_splits(batches, options: pipeline.Options, read_bytes=None):
 
 
 def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, StagedTable], task: int | None = None,
-                     frames_decoded=None):
+                     frames_decoded=None, lifecycle_staged: dict[str, StagedTable] | None = None):
     """``pipeline.decode_flows``, with its frames, connections and errors written to their tables' staging folders
     by this task.
 
@@ -252,6 +262,11 @@ def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, Stage
     left passes through (split statistics), plus one ``staged_file`` row
     (meta: table, unit, path, rows) per file and one ``task_counts`` row per
     capture. ``frames_decoded``: an accumulator of the frames written (the CLI's progress line).
+
+    ``lifecycle_staged`` (the lifecycle tables' staging folders, by kind; the
+    fused lifecycle): the frames also go to the lifecycle machines, one whole
+    connection at a time, and their rows to those folders; a capture they
+    raised on gets a ``lifecycle_failed`` row (meta: why) instead of being committed.
     """
     import pyarrow as pa
 
@@ -259,27 +274,49 @@ def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, Stage
     writers = {name: staged[name].writer(task) for name in STAGED_TABLES}
     counts: dict[str, CaptureCounts] = collections.defaultdict(CaptureCounts)
     schema = options.flows_schema
+    fused = life = None
+    if lifecycle_staged:
+        from amqp_decode.lifecycle.fused import ConnectionLifecycle
+
+        fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=options.batch_rows)
+        life = lifecycle.LifecycleWriters(lifecycle_staged, task)
     for out in pipeline.decode_flows(batches, options):
         kind = out.column(0)[0].as_py() if out.num_rows else None
         cid = out.column(1)[0].as_py() if out.num_rows else None
         if kind == "frame":
-            writers["frames"].write(cid, frame_rows(out))
+            rows = frame_rows(out)
+            writers["frames"].write(cid, rows)
+            if fused:
+                _write_all(life, fused.frames(cid, rows))
             if frames_decoded is not None:
                 frames_decoded.add(out.num_rows)
         elif kind == "connection":
             writers["connections"].write(cid, connection_rows(out))
             counts[cid].add_connections(out)
+            if fused:
+                ids = out.column("connection").field("connection_id").to_pylist()
+                _write_all(life, fused.closed(cid, ids, out.column("meta").to_pylist()))
         elif kind == "error":
             writers["decode_errors"].write(cid, error_rows(out))
             counts[cid].add_errors(out)
         elif out.num_rows:
             yield out
-    for name, writer in writers.items():
-        for f in writer.close():
-            meta = json.dumps({"table": name, **f})
-            yield pipeline.out_batch(schema, STAGED_FILE, f["unit"], 1, meta=pa.array([meta], pa.string()))
+    files = [(name, f) for name, writer in writers.items() for f in writer.close()]
+    if fused:
+        _write_all(life, fused.finish())
+        files += [(lifecycle_staged[kind].table, f) for kind, f in life.close()]
+        for cid, why in fused.failed.items():
+            yield pipeline.out_batch(schema, LIFECYCLE_FAILED, cid, 1, meta=pa.array([why], pa.string()))
+    for name, f in files:
+        meta = json.dumps({"table": name, **f})
+        yield pipeline.out_batch(schema, STAGED_FILE, f["unit"], 1, meta=pa.array([meta], pa.string()))
     for cid, c in counts.items():
         yield pipeline.out_batch(schema, TASK_COUNTS, cid, 1, meta=pa.array([json.dumps(dataclasses.asdict(c))], pa.string()))
+
+
+def _write_all(writers: "lifecycle.LifecycleWriters", batches) -> None:
+    for out in batches:
+        writers.write(out)
 
 
 def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> IngestResult:
@@ -304,19 +341,21 @@ def run_files(spark, conf: Config, files: list[CaptureFile], run_id: str | None 
     if not units:
         return IngestResult(run_id, [], skipped)
     by_id = {f.capture_id: f for f in files if f.capture_id in units}
+    fused: list[str] = []  # captures whose lifecycle tables _ingest committed
 
     def ingest(ids):
-        return _ingest(spark, conf, store, [by_id[cid] for cid in ids], units, options, run_id, fp)
+        return _ingest(spark, conf, store, [by_id[cid] for cid in ids], units, options, run_id, fp, fused)
 
     done = isolation.isolated(JOB, list(by_id), ingest, lambda cid: ingest([cid]))
     isolation.mark_failed(spark, store, done.failed, apps, run_id,
                           rows={cid: _capture_row(by_id[cid], None, EPOCH_DAY, CaptureCounts(), 0, run_id, fp) for cid in done.failed})
-    return IngestResult(run_id, done.results, skipped, done.failed)
+    return IngestResult(run_id, done.results, skipped, done.failed, [cid for cid in fused if cid not in done.failed])
 
 
 def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], units: dict[str, str], options, run_id: str,
-            fp: str) -> list[dict]:
-    """The captures ``todo`` through every stage of the job, written under ``units``; returns their captures rows."""
+            fp: str, fused: list[str]) -> list[dict]:
+    """The captures ``todo`` through every stage of the job, written under ``units``; returns their captures rows.
+    With ``lifecycle.fused``, also their lifecycle tables; ``fused`` gets the ids of the captures they were committed for."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     units = {f.capture_id: units[f.capture_id] for f in todo}
@@ -330,11 +369,12 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
         from_arrow_schema(pipeline.PACKETS_OUT_SCHEMA),
     )
     staged = {name: store.stage(name, run_id) for name in STAGED_TABLES}
+    lifecycle_staged = lifecycle.stage_tables(store, run_id) if conf["lifecycle.fused"] else {}
     flows = (
         packets.repartition(shuffle_partitions(spark, conf), "flow_key")
         .sortWithinPartitions("capture_id", "flow_key", "ts_us", "record_offset")
         .mapInArrow(functools.partial(decode_and_stage, options=options, staged=staged,
-                                      frames_decoded=progress.counter(spark, "frames")),
+                                      frames_decoded=progress.counter(spark, "frames"), lifecycle_staged=lifecycle_staged),
                     from_arrow_schema(options.flows_schema))
     )
     try:
@@ -345,17 +385,44 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
         files = [json.loads(r["meta"]) for r in meta_rows if r["kind"] == STAGED_FILE]
         dates = {f.capture_id: _capture_date(per_capture.get(f.capture_id)) for f in todo}
         partitions = {cid: {"capture_date": d.isoformat()} for cid, d in dates.items()}
-        for name in STAGED_TABLES:  # captures last: its row marks a capture as done
-            store.commit_staged(staged[name], [f for f in files if f["table"] == name], units=units, run_id=run_id,
-                                partitions=partitions)
         n_splits = collections.Counter(row[0] for row in split_rows)
         capture_rows = [_capture_row(f, per_capture.get(f.capture_id), dates[f.capture_id],
                                      counts.get(f.capture_id, CaptureCounts()), n_splits[f.capture_id], run_id, fp) for f in todo]
-        store.write_rows("captures", capture_rows, units=units, run_id=run_id)
+        lifecycle_units = {}
+        if lifecycle_staged:
+            left = {r["capture_id"]: r["meta"] for r in meta_rows if r["kind"] == LIFECYCLE_FAILED}
+            for cid, why in left.items():
+                log.warning("capture %s: the fused lifecycle raised (%s); the lifecycle job derives it", cid[:12], why)
+            # as the run's lifecycle stage, which leaves out the captures whose row says failed (nothing readable)
+            lifecycle_units = {r["capture_id"]: lifecycle.app_id(r["capture_id"], fp) for r in capture_rows
+                               if r["status"] != "failed" and r["capture_id"] not in left}
+        _commit(store, staged, lifecycle_staged, files, units, lifecycle_units, partitions, capture_rows, run_id)
+        fused += list(lifecycle_units)
     finally:
-        for table_staged in staged.values():
+        for table_staged in (*staged.values(), *lifecycle_staged.values()):
             store.discard_staged(table_staged)
     return capture_rows
+
+
+def _commit(store: TableStore, staged, lifecycle_staged, files: list[dict], units: dict[str, str],
+            lifecycle_units: dict[str, str], partitions, capture_rows: list[dict], run_id: str) -> None:
+    """The commits of one ingest, in this order: connections, frames, decode_errors; with the fused lifecycle
+    deliveries, flow_events, request_responses (under the lifecycle job's transaction ids); captures last.
+
+    Each commit is skipped for the captures its table already holds, and the captures row marks a capture as
+    ingested (``isolation.plan``), so a run that dies between two commits is redone by the next run, which commits
+    only what is missing: the lifecycle tables too, before the captures row that would make the ingest skip the
+    capture. The lifecycle job's mark, request_responses, comes after the other two lifecycle tables, as in the job;
+    a capture whose lifecycle tables are left uncommitted (``lifecycle.fused`` off on the rerun, or the fused
+    machines raised) is derived by the lifecycle job from the committed frames.
+    """
+    for name in STAGED_TABLES:
+        store.commit_staged(staged[name], [f for f in files if f["table"] == name], units=units, run_id=run_id,
+                            partitions=partitions)
+    if lifecycle_units:
+        by_kind = {kind: [f for f in files if f["table"] == s.table] for kind, s in lifecycle_staged.items()}
+        lifecycle.commit(store, lifecycle_staged, by_kind, units=lifecycle_units, partitions=partitions, run_id=run_id)
+    store.write_rows("captures", capture_rows, units=units, run_id=run_id)
 
 
 def _merge_counts(rows) -> dict[str, CaptureCounts]:

@@ -9,6 +9,13 @@ write the three tables' Parquet files themselves (``StagedWriter``) and the
 driver commits them, request_responses last. A capture is redone when its
 frames were re-ingested (the transaction id carries the captures row's
 decoder version) or the lifecycle code changed.
+
+Captures ingested with ``lifecycle.fused`` (the default) are done already: the
+ingest's decode tasks ran the same machines on each connection and the ingest
+committed the three tables under this job's transaction ids (``app_id``,
+``commit``; jobs/ingest_captures.py). What is left for this job: frames from
+logs (Proton traces), captures ingested with ``lifecycle.fused`` off or by an
+older version, and re-deriving a lake.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import pyarrow as pa
 
 from amqp_decode import __version__
 from amqp_decode.lifecycle.batches import FRAME_COLUMNS, lifecycle_batches
+from amqp_decode.lifecycle.fused import SORT_KEYS
 from jobs.config import Config
 from jobs.lake import TableStore
 from jobs.session import shuffle_partitions
@@ -68,31 +76,72 @@ def table_rows(out: pa.RecordBatch, kind: str, table: Table) -> pa.RecordBatch:
     return contract_batch(table, out.column(kind), given)
 
 
-def stage_lifecycle(batches, fn, staged: dict[str, StagedTable], task: int | None = None):
-    """``fn`` (``lifecycle_batches``), its rows written by this task into each table's staging folder.
+class LifecycleWriters:
+    """A task's ``StagedWriter`` per lifecycle table, fed ``lifecycle_batches`` output batches.
 
-    The rows never cross into the JVM: each output batch is split by capture
-    (the unit a table replaces) and handed to a ``StagedWriter``; the task
-    yields one ``STAGED_SCHEMA`` row per file written (kind, capture, meta).
+    Each batch is split by capture (the unit a table replaces); ``close``
+    returns ``(kind, file report)`` per file written. The lifecycle job's tasks
+    and the fused decode tasks (jobs/ingest_captures.py) write through it.
     """
-    import pyarrow.compute as pc
 
-    tables = dict(OUTPUTS)
-    task = current_task() if task is None else task
-    writers = {kind: s.writer(task) for kind, s in staged.items()}
-    for out in fn(batches):
+    def __init__(self, staged: dict[str, StagedTable], task: int):
+        self.writers = {kind: s.writer(task) for kind, s in staged.items()}
+
+    def write(self, out: pa.RecordBatch) -> None:
+        import pyarrow.compute as pc
+
         if not out.num_rows:
-            continue
+            return
+        tables = dict(OUTPUTS)
         kind = out.column(0)[0].as_py()
         cids = out.column("capture_id")
         units = pc.unique(cids).to_pylist()
         for cid in units:
             part = out if len(units) == 1 else out.filter(pc.equal(cids, cid))
-            writers[kind].write(cid, table_rows(part, kind, tables[kind]))
-    for kind, w in writers.items():
-        for f in w.close():
-            yield pa.RecordBatch.from_pydict({"kind": [kind], "capture_id": [f["unit"]], "meta": [json.dumps(f)]},
-                                             schema=STAGED_SCHEMA)
+            self.writers[kind].write(cid, table_rows(part, kind, tables[kind]))
+
+    def close(self) -> list[tuple[str, dict]]:
+        return [(kind, f) for kind, w in self.writers.items() for f in w.close()]
+
+
+def stage_lifecycle(batches, fn, staged: dict[str, StagedTable], task: int | None = None):
+    """``fn`` (``lifecycle_batches``), its rows written by this task into each table's staging folder.
+
+    The rows never cross into the JVM: ``LifecycleWriters`` writes them; the
+    task yields one ``STAGED_SCHEMA`` row per file written (kind, capture, meta).
+    """
+    writers = LifecycleWriters(staged, current_task() if task is None else task)
+    for out in fn(batches):
+        writers.write(out)
+    for kind, f in writers.close():
+        yield pa.RecordBatch.from_pydict({"kind": [kind], "capture_id": [f["unit"]], "meta": [json.dumps(f)]},
+                                         schema=STAGED_SCHEMA)
+
+
+def structs() -> dict[str, pa.StructType]:
+    """The struct each kind of the machines' rows fills (``lifecycle_batches``' ``*_struct`` arguments)."""
+    return {f"{kind}_struct": row_struct(t) for kind, t in OUTPUTS}
+
+
+def stage_tables(store: TableStore, run_id: str) -> dict[str, StagedTable]:
+    """A staging folder per lifecycle table, by kind, for the tasks' ``LifecycleWriters``."""
+    return {kind: store.stage(table.name, run_id) for kind, table in OUTPUTS}
+
+
+def commit(store: TableStore, staged: dict[str, StagedTable], files: dict[str, list[dict]], *, units: dict[str, str],
+           partitions: dict[str, dict[str, str]], run_id: str) -> None:
+    """Commit the tasks' files (``files``: by kind) of the captures ``units`` names (capture id -> ``app_id``).
+
+    request_responses last: its transaction marks a capture done (``run`` looks for it), so a run that dies
+    between the commits leaves the capture pending and the next run commits what is missing.
+    """
+    for kind, _ in OUTPUTS:
+        store.commit_staged(staged[kind], files.get(kind, []), units=units, partitions=partitions, run_id=run_id)
+
+
+def discard(store: TableStore, staged: dict[str, StagedTable]) -> None:
+    for s in staged.values():
+        store.discard_staged(s)
 
 
 def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> list[str]:
@@ -114,10 +163,8 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     if not pending:
         return []
     partitions = {c.capture_id: {"capture_date": c.capture_date.isoformat()} for c in caps if c.capture_id in pending}
-    structs = [row_struct(t) for _, t in OUTPUTS]
-    fn = functools.partial(lifecycle_batches, delivery_struct=structs[0], flow_event_struct=structs[1],
-                           request_response_struct=structs[2], batch_rows=conf["capture.batch_rows"])
-    staged = {kind: store.stage(table.name, run_id) for kind, table in OUTPUTS}
+    fn = functools.partial(lifecycle_batches, **structs(), batch_rows=conf["capture.batch_rows"])
+    staged = stage_tables(store, run_id)
     frames = store.read("frames")
     # only the columns the machines read cross the shuffle and the Arrow hand-off (frames has ~90)
     read = [c for c in (*FRAME_COLUMNS, "ts") if c in frames.columns]
@@ -125,17 +172,16 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
         frames.select(*read)
         .where(F.col("capture_id").isin(list(pending)))
         .repartition(shuffle_partitions(spark, conf), "connection_id")
-        .sortWithinPartitions("connection_id", "ts", "stream_offset")
+        # the fused lifecycle sorts each connection's frames by the same keys (amqp_decode/lifecycle/fused.py)
+        .sortWithinPartitions("connection_id", *SORT_KEYS)
         .mapInArrow(functools.partial(stage_lifecycle, fn=fn, staged=staged), from_arrow_schema(STAGED_SCHEMA))
     )
     try:
         reports = out.collect()
-        for kind, table in OUTPUTS:  # request_responses last: its transaction marks the capture done
-            files = [json.loads(r["meta"]) for r in reports if r["kind"] == kind]
-            store.commit_staged(staged[kind], files, units=pending, partitions=partitions, run_id=run_id)
+        files = {kind: [json.loads(r["meta"]) for r in reports if r["kind"] == kind] for kind, _ in OUTPUTS}
+        commit(store, staged, files, units=pending, partitions=partitions, run_id=run_id)
     finally:
-        for s in staged.values():
-            store.discard_staged(s)
+        discard(store, staged)
     return list(pending)
 
 

@@ -5,7 +5,8 @@
 - ``requests``: synchronous 0-9-1 method pairs, from the generated spec tables;
 - ``amqp010_flow`` / ``amqp010_requests``: 0-10 credit per destination, 0-10 pairs; ``seqsets``: 0-10 id ranges;
 - ``runner.LifecycleRunner``: many connections' frame rows, streamed with bounded state;
-- ``batches.lifecycle_batches``: the Arrow batch function the Spark job maps with.
+- ``batches.lifecycle_batches``: the Arrow batch function the Spark job maps with;
+- ``fused.ConnectionLifecycle``: the same inside the ingest's decode task, a connection once its frames are all out.
 
 Pure Python (stdlib and pyarrow); no Spark.
 

@@ -44,8 +44,12 @@ def lifecycle_out_schema(delivery_struct: pa.StructType, flow_event_struct: pa.S
     ])
 
 
-def frame_rows(batch: pa.RecordBatch) -> list[dict]:
-    """The batch's rows as dicts of the columns the machines read, with ``ts_us``."""
+def frame_rows(batch: pa.RecordBatch, columns: list[str] | None = None) -> list[dict]:
+    """The batch's rows as dicts of the columns the machines read, with ``ts_us``.
+
+    ``columns``: the keys every row gets (default: the ``FRAME_COLUMNS`` the batch
+    holds, ``ts_us`` included); those the batch lacks are None, as its all-null ones.
+    """
     names = batch.schema.names
     if "ts_us" not in names and "ts" in names:
         ts = batch.column("ts")
@@ -56,8 +60,10 @@ def frame_rows(batch: pa.RecordBatch) -> list[dict]:
     # Column by column, and every all-null column (most of them: each dialect fills its own) from a
     # template dict instead of converting its nulls: a third cheaper than ``to_pylist`` on the batch.
     n = batch.num_rows
-    columns = [c for c in FRAME_COLUMNS if c in names]
-    filled = [c for c in columns if batch.column(c).null_count < n]
+    if columns is None:
+        columns = [c for c in FRAME_COLUMNS if c in names]
+    present = set(names)
+    filled = [c for c in columns if c in present and batch.column(c).null_count < n]
     template = dict.fromkeys(columns)
     if not filled:
         return [template.copy() for _ in range(n)]
@@ -71,6 +77,55 @@ def frame_rows(batch: pa.RecordBatch) -> list[dict]:
     return rows
 
 
+class LifecycleBatcher:
+    """A ``LifecycleRunner`` whose rows leave as output batches of ``batch_rows`` rows per kind.
+
+    ``feed`` frames-table batches (in the order the runner wants, see runner.py),
+    ``end_connection`` when the caller knows the connection fed last is whole,
+    ``finish`` at the end; each returns the output batches that are full by then
+    (all of them for ``finish``).
+    """
+
+    def __init__(self, delivery_struct: pa.StructType, flow_event_struct: pa.StructType,
+                 request_response_struct: pa.StructType, options: LifecycleOptions = LifecycleOptions(),
+                 batch_rows: int = 8192) -> None:
+        self.schema = lifecycle_out_schema(delivery_struct, flow_event_struct, request_response_struct)
+        self.structs = dict(zip(KINDS, (delivery_struct, flow_event_struct, request_response_struct)))
+        self.options, self.batch_rows = options, batch_rows
+        self.runner = LifecycleRunner(options)
+        self.pending: dict[str, list] = {k: [] for k in KINDS}  # kind -> [(capture_id, row)]
+
+    def feed(self, batch: pa.RecordBatch, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """``columns``: see ``frame_rows``."""
+        if batch.num_rows:
+            self.runner.feed(frame_rows(batch, columns))
+            yield from self._emit(final=False)
+
+    def end_connection(self) -> Iterator[pa.RecordBatch]:
+        self.runner.finish()
+        yield from self._emit(final=False)
+
+    def finish(self) -> Iterator[pa.RecordBatch]:
+        self.runner.finish()
+        yield from self._emit(final=True)
+
+    def reset(self) -> None:
+        """A fresh runner (after one raised: its state is not to be trusted); the rows already out are kept."""
+        self.runner = LifecycleRunner(self.options)
+
+    def _emit(self, final: bool) -> Iterator[pa.RecordBatch]:
+        runner = self.runner
+        for kind, rows in zip(KINDS, (runner.drain_deliveries(), runner.drain_flow_events(), runner.drain_request_responses())):
+            self.pending[kind] += [(runner.capture_id_of(r["connection_id"]), r) for r in rows]
+        runner.forget_finished()
+        for kind in KINDS:
+            buf = self.pending[kind]
+            while buf and (final or len(buf) >= self.batch_rows):
+                chunk, buf = buf[:self.batch_rows], buf[self.batch_rows:]
+                yield _out_batch(self.schema, kind, chunk, self.structs[kind])
+            self.pending[kind] = buf
+
+
 def lifecycle_batches(
     batches: Iterable[pa.RecordBatch],
     delivery_struct: pa.StructType,
@@ -80,32 +135,10 @@ def lifecycle_batches(
     batch_rows: int = 8192,
 ) -> Iterator[pa.RecordBatch]:
     use_system_memory_pool()
-    schema = lifecycle_out_schema(delivery_struct, flow_event_struct, request_response_struct)
-    structs = dict(zip(KINDS, (delivery_struct, flow_event_struct, request_response_struct)))
-    runner = LifecycleRunner(options)
-    pending: dict[str, list] = {k: [] for k in KINDS}
-
-    def collect() -> None:
-        for kind, rows in zip(KINDS, (runner.drain_deliveries(), runner.drain_flow_events(), runner.drain_request_responses())):
-            pending[kind] += [(runner.capture_id_of(r["connection_id"]), r) for r in rows]
-        runner.forget_finished()
-
-    def emit(final: bool) -> Iterator[pa.RecordBatch]:
-        for kind in KINDS:
-            buf = pending[kind]
-            while buf and (final or len(buf) >= batch_rows):
-                chunk, buf = buf[:batch_rows], buf[batch_rows:]
-                yield _out_batch(schema, kind, chunk, structs[kind])
-            pending[kind] = buf
-
+    out = LifecycleBatcher(delivery_struct, flow_event_struct, request_response_struct, options, batch_rows)
     for batch in batches:
-        if batch.num_rows:
-            runner.feed(frame_rows(batch))
-            collect()
-            yield from emit(final=False)
-    runner.finish()
-    collect()
-    yield from emit(final=True)
+        yield from out.feed(batch)
+    yield from out.finish()
 
 
 def _out_batch(schema: pa.Schema, kind: str, chunk: list, struct: pa.StructType) -> pa.RecordBatch:

@@ -9,6 +9,7 @@ each synthetic file with a clean 0-9-1 control connection beside the hostile one
 from __future__ import annotations
 
 import hashlib
+import pathlib
 import random
 import struct
 
@@ -16,6 +17,7 @@ import pyarrow as pa
 
 from amqp_decode import pipeline
 from tests.capture.capture_builders import pcap_bytes
+from tests.conftest import DATA
 from tests.v0_9_1 import conversation as conv091
 from tests.v0_9_1.encoder import Encoder
 from tests.v1_0 import conversation as conv10
@@ -29,8 +31,54 @@ FRAME_VALUES = ("size", "frame_type", "channel", "method_name", "performative", 
                 "decode_error", "body_sha256")  # fmt: skip
 
 
+FLIPPED = ("broker/consume_prefetch_ack.pcap", "broker/amqp10_rich.pcap", "v0_10/large_body.pcap", "demo/demo.pcap")
+REORDERED = ("broker/publish_confirms.pcap", "broker/amqp10_rich.pcap")
+
+
 def capture_id(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+class Case:
+    def __init__(self, kind: str, data: bytes, original: bytes, **extra) -> None:
+        self.kind, self.data, self.original, self.extra = kind, data, original, extra
+        self.capture_id = capture_id(data)
+
+
+def cases(fixtures: list[str]) -> dict[str, Case]:
+    """The hostile files (name -> case): each of ``fixtures`` cut at a random offset in its first half, bit flips in
+    ``FLIPPED``, records duplicated and reordered in ``REORDERED``, and the synthetic ones (each with a clean
+    0-9-1 control connection beside the hostile one). Seeded: the same files every time."""
+    rnd = random.Random(11)
+    out = {}
+    for path in map(pathlib.Path, fixtures):
+        data = path.read_bytes()
+        cut = rnd.randrange(len(data) // 8, len(data) // 2)  # the first half: enough to cut every fixture mid-conversation
+        out[f"cut_{path.parent.name}_{path.name}"] = Case("truncated", data[:cut], data, cut=cut)
+    for rel in FLIPPED:
+        data = (DATA / rel).read_bytes()
+        flipped, t_first, t_last = flip_bits(data, rnd, 8)
+        out[f"flip_{rel.replace('/', '_')}"] = Case("flipped", flipped, data, t_first=t_first, t_last=t_last)
+    for rel in REORDERED:
+        data = (DATA / rel).read_bytes()
+        out[f"reorder_{rel.replace('/', '_')}"] = Case("reordered", duplicate_and_reorder(data, rnd, 12), data)
+    control = control_turns()
+    synthetic = {
+        "frame_4gib.pcap": amqp091_with(FRAME_4GIB),
+        "nested_10000.pcap": amqp091_with(nested_table_declare(10_000)),
+        "amqp10_list_2_32.pcap": amqp10_with_list_claim(),
+        "http_5672.pcap": (HTTP, []),
+        "tls_5672.pcap": (TLS, []),
+    }
+    for name, (hostile, twin) in synthetic.items():
+        out[name] = Case("synthetic", two_connections(hostile, control), two_connections(twin, control))
+    return out
+
+
+def write_cases(cases: dict[str, Case], folder: pathlib.Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, case in cases.items():
+        (folder / (name if name.endswith((".pcap", ".pcapng")) else name + ".pcap")).write_bytes(case.data)
 
 
 # ----------------------------------------------------------------- pcap records

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 
+from tests.conftest import DATA
 from tests.e2e.hostile_captures import records, with_records
 from tests.v1_0 import conversation as conv10
 from tests.v1_0 import encoder as E10
@@ -19,6 +20,8 @@ from tests.v1_0.pcap_writer import connection_pcap
 
 ETH, IP4_MIN, TCP_MIN = 14, 20, 20
 YEAR_49195_US = int((49195 - 1970) * 365.2425 * 86400) * 1_000_000  # what one flipped high bit made a record claim
+ORIGINALS = ("public/deepflow_amqp091_consume_publish.pcap", "public/adverb_amqp10_hello_world_qpidd_ipv6.pcapng",
+             "broker/consume_prefetch_ack.pcap", "broker/amqp10_rich.pcap", "v0_10/publish_consume.pcap")
 
 
 # ----------------------------------------------------------------- pcap (little-endian microsecond files)
@@ -143,3 +146,39 @@ def amqp10_beyond_credit(credit: int = 1) -> tuple[bytes, int]:
              ("to_client", s[flow_end:])]
     return connection_pcap(turns, client=("10.1.0.9", 40009)), 3 - credit
 
+
+# ----------------------------------------------------------------- the wild run's captures
+def capture_mutants() -> dict[str, tuple[str, bytes]]:
+    """One mutant capture per field class of ``ORIGINALS`` (name -> (field class, bytes)); the log's are the test's."""
+    d091 = (DATA / ORIGINALS[0]).read_bytes()
+    ng = (DATA / ORIGINALS[1]).read_bytes()
+    ack = (DATA / ORIGINALS[2]).read_bytes()
+    a10 = (DATA / ORIGINALS[3]).read_bytes()
+    v010 = (DATA / ORIGINALS[4]).read_bytes()
+    mid = middle_payload_record(ack)
+    tcp = middle_payload_record(d091)
+    out = {
+        "magic_zeroed": ("global header", pcap_header(d091, 0, "I", 0)),
+        "version_9": ("global header", pcap_header(d091, 4, "H", 9)),
+        "linktype_beef": ("global header", pcap_header(d091, 20, "I", 0xBEEF)),
+        "snaplen_16": ("global header", pcap_header(d091, 16, "I", 16)),
+        "cut_in_header": ("global header", d091[:12]),
+        "time_2106": ("record times", record_field(ack, mid, "I", 0, 0xFFFFFFFF)),
+        "time_1970": ("record times", record_field(ack, mid + 1, "I", 0, 0)),
+        "time_49195_pcapng": ("record times", epb_time(ng, len(epb_offsets(ng)) // 2, YEAR_49195_US)),
+        "time_2_64_pcapng": ("record times", epb_time(ng, 3, 2**64 - 1)),
+        "caplen_over_origlen": ("record lengths", record_field(ack, mid, "I", 12, 20)),
+        "origlen_2_31": ("record lengths", record_field(ack, mid, "I", 12, 2**31 - 1)),
+        "caplen_16m": ("record lengths", record_field(ack, mid, "I", 8, 16 << 20)),
+        "ethertype": ("link/IP/TCP", packet_bytes(d091, tcp, lambda p: p.__setitem__(slice(12, 14), b"\x88\xb5"))),
+        "ip_version_7": ("link/IP/TCP", packet_bytes(d091, tcp, ip_field(0, 0x75))),
+        "ip_ihl_15": ("link/IP/TCP", packet_bytes(d091, tcp, ip_field(0, 0x4F))),
+        "ip_total_length": ("link/IP/TCP", packet_bytes(d091, tcp, ip_field(2, 0xFFFF, 2))),
+        "tcp_offset_15": ("link/IP/TCP", packet_bytes(d091, tcp, tcp_field(12, 0xF0))),
+        "tcp_offset_0": ("link/IP/TCP", packet_bytes(d091, tcp, tcp_field(12, 0x00))),
+        "amqp091_size_2_32": ("AMQP frame header", frame_header(ack, is_091_method, 3, b"\xff\xff\xff\xff")),
+        "amqp091_type_77": ("AMQP frame header", frame_header(ack, is_091_method, 0, b"\x77")),
+        "amqp10_doff_0": ("AMQP frame header", frame_header(a10, is_10_amqp_frame, 4, b"\x00")),
+        "amqp010_size_0": ("AMQP frame header", frame_header(v010, is_010_frame, 2, b"\x00\x00")),
+    }
+    return out

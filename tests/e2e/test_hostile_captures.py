@@ -13,65 +13,26 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import pathlib
-import random
 
 import pytest
 
 from jobs import ingest_captures
 from jobs.lake import TableStore
-from tests.conftest import DATA
 from tests.e2e import hostile_captures as H
 from tests.e2e.conftest import FIXTURES
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 
-FLIPPED = ("broker/consume_prefetch_ack.pcap", "broker/amqp10_rich.pcap", "v0_10/large_body.pcap", "demo/demo.pcap")
-REORDERED = ("broker/publish_confirms.pcap", "broker/amqp10_rich.pcap")
 BUG_REASONS = {"internal_error", "reader_error", "byte_accounting_mismatch"}
 FRAME_COLUMNS = ["capture_id", *H.FRAME_KEY, *H.FRAME_VALUES]
-
-
-class Case:
-    def __init__(self, kind: str, data: bytes, original: bytes, **extra) -> None:
-        self.kind, self.data, self.original, self.extra = kind, data, original, extra
-        self.capture_id = H.capture_id(data)
-
-
-def _cases() -> dict[str, Case]:
-    rnd = random.Random(11)
-    cases = {}
-    for path in map(pathlib.Path, FIXTURES):
-        data = path.read_bytes()
-        cut = rnd.randrange(len(data) // 8, len(data) // 2)  # the first half: enough to cut every fixture mid-conversation
-        cases[f"cut_{path.parent.name}_{path.name}"] = Case("truncated", data[:cut], data, cut=cut)
-    for rel in FLIPPED:
-        data = (DATA / rel).read_bytes()
-        flipped, t_first, t_last = H.flip_bits(data, rnd, 8)
-        cases[f"flip_{rel.replace('/', '_')}"] = Case("flipped", flipped, data, t_first=t_first, t_last=t_last)
-    for rel in REORDERED:
-        data = (DATA / rel).read_bytes()
-        cases[f"reorder_{rel.replace('/', '_')}"] = Case("reordered", H.duplicate_and_reorder(data, rnd, 12), data)
-    control = H.control_turns()
-    synthetic = {
-        "frame_4gib.pcap": H.amqp091_with(H.FRAME_4GIB),
-        "nested_10000.pcap": H.amqp091_with(H.nested_table_declare(10_000)),
-        "amqp10_list_2_32.pcap": H.amqp10_with_list_claim(),
-        "http_5672.pcap": (H.HTTP, []),
-        "tls_5672.pcap": (H.TLS, []),
-    }
-    for name, (hostile, twin) in synthetic.items():
-        cases[name] = Case("synthetic", H.two_connections(hostile, control), H.two_connections(twin, control))
-    return cases
+Case = H.Case
 
 
 @pytest.fixture(scope="module")
 def hostile(spark, conf, tmp_path_factory):
     d = tmp_path_factory.mktemp("hostile")
-    (d / "in").mkdir()
-    cases = _cases()
-    for name, case in cases.items():
-        (d / "in" / (name if name.endswith((".pcap", ".pcapng")) else name + ".pcap")).write_bytes(case.data)
+    cases = H.cases(FIXTURES)
+    H.write_cases(cases, d / "in")
     c = conf.with_overrides(lake__root=str(d / "lake"))
     ingest_captures.run(spark, c, [str(d / "in")], run_id="hostile")
     store = TableStore(spark, str(d / "lake"))

@@ -29,49 +29,12 @@ from tests.e2e import mutations as M
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 
-ORIGINALS = ("public/deepflow_amqp091_consume_publish.pcap", "public/adverb_amqp10_hello_world_qpidd_ipv6.pcapng",
-             "broker/consume_prefetch_ack.pcap", "broker/amqp10_rich.pcap", "v0_10/publish_consume.pcap")
+ORIGINALS = M.ORIGINALS
 LOG = "logs/rabbitmq_3_10.log"
 COMPARED = ("captures", "connections", "frames", "decode_errors", "deliveries", "flow_events", "request_responses")
 PER_RUN = ("run_id", "decoder_version", "path")  # what names the run and where its copy lay, not the capture
 BUG_REASONS = {"internal_error", "reader_error", "byte_accounting_mismatch"}
 TIME_MUTANTS = ("time_2106", "time_1970", "time_49195_pcapng", "time_2_64_pcapng")
-
-
-def _mutants() -> dict[str, tuple[str, bytes]]:
-    """name -> (field class, bytes)."""
-    d091 = (DATA / ORIGINALS[0]).read_bytes()
-    ng = (DATA / ORIGINALS[1]).read_bytes()
-    ack = (DATA / ORIGINALS[2]).read_bytes()
-    a10 = (DATA / ORIGINALS[3]).read_bytes()
-    v010 = (DATA / ORIGINALS[4]).read_bytes()
-    mid = M.middle_payload_record(ack)
-    tcp = M.middle_payload_record(d091)
-    out = {
-        "magic_zeroed": ("global header", M.pcap_header(d091, 0, "I", 0)),
-        "version_9": ("global header", M.pcap_header(d091, 4, "H", 9)),
-        "linktype_beef": ("global header", M.pcap_header(d091, 20, "I", 0xBEEF)),
-        "snaplen_16": ("global header", M.pcap_header(d091, 16, "I", 16)),
-        "cut_in_header": ("global header", d091[:12]),
-        "time_2106": ("record times", M.record_field(ack, mid, "I", 0, 0xFFFFFFFF)),
-        "time_1970": ("record times", M.record_field(ack, mid + 1, "I", 0, 0)),
-        "time_49195_pcapng": ("record times", M.epb_time(ng, len(M.epb_offsets(ng)) // 2, M.YEAR_49195_US)),
-        "time_2_64_pcapng": ("record times", M.epb_time(ng, 3, 2**64 - 1)),
-        "caplen_over_origlen": ("record lengths", M.record_field(ack, mid, "I", 12, 20)),
-        "origlen_2_31": ("record lengths", M.record_field(ack, mid, "I", 12, 2**31 - 1)),
-        "caplen_16m": ("record lengths", M.record_field(ack, mid, "I", 8, 16 << 20)),
-        "ethertype": ("link/IP/TCP", M.packet_bytes(d091, tcp, lambda p: p.__setitem__(slice(12, 14), b"\x88\xb5"))),
-        "ip_version_7": ("link/IP/TCP", M.packet_bytes(d091, tcp, M.ip_field(0, 0x75))),
-        "ip_ihl_15": ("link/IP/TCP", M.packet_bytes(d091, tcp, M.ip_field(0, 0x4F))),
-        "ip_total_length": ("link/IP/TCP", M.packet_bytes(d091, tcp, M.ip_field(2, 0xFFFF, 2))),
-        "tcp_offset_15": ("link/IP/TCP", M.packet_bytes(d091, tcp, M.tcp_field(12, 0xF0))),
-        "tcp_offset_0": ("link/IP/TCP", M.packet_bytes(d091, tcp, M.tcp_field(12, 0x00))),
-        "amqp091_size_2_32": ("AMQP frame header", M.frame_header(ack, M.is_091_method, 3, b"\xff\xff\xff\xff")),
-        "amqp091_type_77": ("AMQP frame header", M.frame_header(ack, M.is_091_method, 0, b"\x77")),
-        "amqp10_doff_0": ("AMQP frame header", M.frame_header(a10, M.is_10_amqp_frame, 4, b"\x00")),
-        "amqp010_size_0": ("AMQP frame header", M.frame_header(v010, M.is_010_frame, 2, b"\x00\x00")),
-    }
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +48,7 @@ def wild(spark, conf, tmp_path_factory):
         (d / "in" / pathlib.Path(rel).name).write_bytes(data)
         originals[H.capture_id(data)] = rel
     mutants = {}
-    for name, (field_class, data) in _mutants().items():
+    for name, (field_class, data) in M.capture_mutants().items():
         ext = ".pcapng" if name.endswith("pcapng") else ".pcap"
         (d / "in" / f"mutant_{name}{ext}").write_bytes(data)
         mutants[H.capture_id(data)] = (name, field_class)
@@ -197,7 +160,7 @@ def test_a_capture_that_raises_fails_alone_and_a_rerun_retries_only_it(spark, co
     next run ingests it and skips the other."""
     from pyspark.sql import functions as F
 
-    from jobs import ingest_captures
+    from jobs import ingest_captures, lifecycle
     from jobs.inputs import capture_files
 
     for rel in ORIGINALS[:2]:
@@ -214,10 +177,17 @@ def test_a_capture_that_raises_fails_alone_and_a_rerun_retries_only_it(spark, co
     assert caps[gone.capture_id].status == "failed" and "FileNotFoundError" in caps[gone.capture_id].error
     (other,) = [f for f in files if f is not gone]
     assert caps[other.capture_id].status == "ok" and store.read("frames").where(F.col("capture_id") == other.capture_id).count() > 0
+    # the fused lifecycle: rows for the capture written, none (and no transaction) for the one that failed
+    assert first.lifecycle == [other.capture_id]
+    lifecycle_rows = {t: {r.capture_id for r in store.read(t).select("capture_id").distinct().collect()}
+                      for t in ("deliveries", "flow_events", "request_responses")}
+    assert lifecycle_rows["request_responses"] == {other.capture_id} and all(ids <= {other.capture_id} for ids in lifecycle_rows.values())
+    assert not store.committed("request_responses", lifecycle.app_id(gone.capture_id, caps[gone.capture_id].decoder_version))
 
     pathlib.Path(gone.path).write_bytes(kept)
     second = ingest_captures.run(spark, c, [str(tmp_path)], run_id="two")
     assert second.skipped == [other.capture_id] and [r["capture_id"] for r in second.captures] == [gone.capture_id]
-    assert second.failed == {}
+    assert second.failed == {} and second.lifecycle == [gone.capture_id]
+    assert store.read("request_responses").where(F.col("capture_id") == gone.capture_id).count() > 0
     assert store.read("captures").where(F.col("capture_id") == gone.capture_id).first().status == "ok"
     assert store.read("captures").where(F.col("status") == "failed").count() == 0

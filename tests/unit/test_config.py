@@ -21,6 +21,8 @@ def test_defaults_load(conf_dir):
     c = load_config(conf_dir=conf_dir)
     assert c["capture.amqp_ports"] == [5672]
     assert c["capture.split_size"] == 128 << 20
+    assert c["lifecycle.fused"] is True
+    assert load_config(sets=["lifecycle.fused=false"], conf_dir=conf_dir)["lifecycle.fused"] is False
 
 
 def test_layers_in_order(conf_dir, tmp_path):
@@ -44,6 +46,7 @@ def test_layers_in_order(conf_dir, tmp_path):
         ("decode.field_table_letters=klingon", r"expected one of rabbitmq, spec"),
         ("spark.driver_memory=lots", r"expected a JVM memory size"),
         ("spark.quick_jit=sometimes", r"'spark.quick_jit': got 'sometimes', expected true or false"),
+        ("lifecycle.fused=twice", r"'lifecycle.fused': got 'twice', expected true or false"),
         ("spark.shuffle_partitions=0", r"'spark.shuffle_partitions': got 0, expected auto or an integer >= 1"),
         ("spark.shuffle_partitions=many", r"got 'many', expected auto or an integer >= 1"),
         ("capture.no_such_key=1", r"'capture.no_such_key' is not known"),

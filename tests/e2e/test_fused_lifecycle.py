@@ -1,0 +1,137 @@
+"""The fused lifecycle (``lifecycle.fused``, the default) against the lifecycle job's two passes, on real Delta lakes.
+
+Inputs: every capture fixture (the e2e FIXTURES: public, real broker, demo, capture formats, 0-10), the TLS
+fixtures decrypted with their key logs, the broker-logs capture, the hostile files of the hostile test (every
+fixture cut short, bit flips, duplicated and reordered records, the synthetic ones) and the wild run's mutants.
+The fused lake of the fixtures is the one the e2e tests share (``lifecycled``); the other inputs get a fused lake
+here; one two-pass lake (``lifecycle.fused=false``, then the lifecycle job) holds them all. Every row of
+deliveries, flow_events and request_responses must be the same in both, all columns.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import pytest
+from deltalake import DeltaTable
+
+from jobs import ingest_captures, isolation, lifecycle
+from jobs.lake import TableStore
+from schemas import table as table_def
+from tests.conftest import DATA
+from tests.e2e import hostile_captures as H
+from tests.e2e import mutations as M
+from tests.e2e.conftest import FIXTURES
+
+pytestmark = [pytest.mark.spark, pytest.mark.e2e]
+
+LIFECYCLE = ("deliveries", "flow_events", "request_responses")
+KEYLOGS = sorted(str(p) for p in (DATA / "tls").glob("*.keylog"))
+OTHERS = sorted(str(p) for p in (DATA / "tls").glob("*.pcap")) + [str(DATA / "logs" / "broker_logs.pcap")]
+
+
+def rows(lake, name: str) -> dict[str, list]:
+    """The table's rows per capture, each capture's sorted by the table's key (all columns)."""
+    path = lake / name
+    if not (path / "_delta_log").exists():
+        return {}
+    key = table_def(name).key
+    out: dict[str, list] = {}
+    for r in sorted(DeltaTable(str(path)).to_pyarrow_table().to_pylist(), key=lambda r: tuple(r[k] for k in key)):
+        out.setdefault(r["capture_id"], []).append(r)
+    return out
+
+
+def versions(store: TableStore) -> dict:
+    return {t: store.version(t) for t in LIFECYCLE}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fused-inputs")
+    H.write_cases(H.cases(FIXTURES), d / "hostile")
+    (d / "wild").mkdir()
+    for name, (_, data) in M.capture_mutants().items():
+        (d / "wild" / f"{name}{'.pcapng' if name.endswith('pcapng') else '.pcap'}").write_bytes(data)
+    return [str(d), *OTHERS]
+
+
+@pytest.fixture(scope="module")
+def fused(spark, conf, inputs, tmp_path_factory):
+    """The other inputs ingested fused, then the lifecycle job on every capture that did not fail (as ``run`` does)."""
+    lake = tmp_path_factory.mktemp("fused") / "lake"
+    c = conf.with_overrides(lake__root=str(lake), capture__keylog=json.dumps(KEYLOGS))
+    result = ingest_captures.run(spark, c, inputs, run_id="fused")
+    ok = [r["capture_id"] for r in result.captures if r["status"] != "failed"]
+    store = TableStore(spark, str(lake))
+    before = versions(store)
+    after = lifecycle.run(spark, c, ok, run_id="after")
+    return lake, result, ok, after, before, versions(store)
+
+
+@pytest.fixture(scope="module")
+def two_pass(spark, conf, inputs, tmp_path_factory):
+    lake = tmp_path_factory.mktemp("two-pass") / "lake"
+    c = conf.with_overrides(lake__root=str(lake), capture__keylog=json.dumps(KEYLOGS), lifecycle__fused="false")
+    result = ingest_captures.run(spark, c, FIXTURES + inputs, run_id="two")
+    assert result.lifecycle == [] and not (lake / "deliveries").exists()  # fused off: the ingest wrote no lifecycle table
+    done = lifecycle.run(spark, c, run_id="two")
+    return lake, done
+
+
+def test_fused_and_two_pass_lifecycle_tables_are_identical_row_for_row(lifecycled, fused, two_pass):
+    shared, _, _ = lifecycled
+    compared = {}
+    for name in LIFECYCLE:
+        mine = rows(pathlib.Path(shared["lake.root"]), name) | rows(fused[0], name)
+        theirs = rows(two_pass[0], name)
+        assert sorted(mine) == sorted(theirs), name
+        for cid in theirs:
+            assert mine[cid] == theirs[cid], (name, cid[:12])
+        compared[name] = (len(theirs), sum(map(len, theirs.values())))
+    # what was compared: captures with rows, rows (the fixtures, TLS, hostile and wild inputs)
+    assert compared["deliveries"][0] >= 60 and compared["deliveries"][1] > 1500, compared
+    assert compared["flow_events"][1] > 1000 and compared["request_responses"][1] > 1000, compared
+
+
+def test_the_tls_fixtures_were_decrypted_and_have_lifecycle_rows(fused):
+    lake, result, *_ = fused
+    tls = {r["capture_id"] for r in result.captures if "/tls/" in r["path"] and "plain" not in r["path"]}
+    assert len(tls) == 4 and tls <= set(rows(lake, "request_responses"))
+
+
+def test_the_lifecycle_job_after_a_fused_ingest_does_no_work(lifecycled, ingested, fused):
+    _, _, shared_done = lifecycled
+    _, _, shared_ingest = ingested
+    assert shared_done == [] and len(shared_ingest.lifecycle) == len(FIXTURES)
+    lake, result, ok, after, before, then = fused
+    assert sorted(result.lifecycle) == sorted(ok) and after == [] and then == before
+
+
+def test_rerunning_the_ingest_duplicates_no_row(spark, conf, tmp_path):
+    """Same inputs again; then the state of a run that died before its captures commit (the captures table gone:
+    every other table committed); then a capture that failed in a later stage (retried under a retry unit)."""
+    lake = tmp_path / "lake"
+    c = conf.with_overrides(lake__root=str(lake))
+    picked = [p for p in FIXTURES if p.endswith(("consume_prefetch_ack.pcap", "amqp10_rich.pcap", "publish_consume.pcap"))]
+    first = ingest_captures.run(spark, c, picked, run_id="one")
+    assert len(first.lifecycle) == 3
+    store = TableStore(spark, str(lake))
+    reference, before = {t: rows(lake, t) for t in LIFECYCLE}, versions(store)
+
+    again = ingest_captures.run(spark, c, picked, run_id="two")
+    assert again.captures == [] and again.lifecycle == [] and versions(store) == before
+
+    shutil.rmtree(lake / "captures")
+    redone = ingest_captures.run(spark, c, picked, run_id="three")
+    assert len(redone.captures) == 3 and sorted(redone.lifecycle) == sorted(first.lifecycle)
+    assert versions(store) == before  # every lifecycle unit was committed already: nothing written again
+    assert lifecycle.run(spark, c, run_id="three") == []
+
+    cid = first.lifecycle[0]
+    isolation.mark_failed(spark, store, {cid: "failed in metrics: RuntimeError: boom"}, {cid: f"amqplens/metrics/{cid}"}, "four")
+    retried = ingest_captures.run(spark, c, picked, run_id="five")
+    assert [r["capture_id"] for r in retried.captures] == [cid] and retried.lifecycle == [cid]
+    assert {t: rows(lake, t) for t in LIFECYCLE} == reference and versions(store) == before

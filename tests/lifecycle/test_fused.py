@@ -1,0 +1,127 @@
+"""The fused lifecycle without Spark: the decode task's batch function against ``lifecycle_batches`` on its frames.
+
+Every capture fixture goes through ``ingest_captures.decode_and_stage`` with the lifecycle staged (what a
+decode task runs), in small batches so connections span many frame batches and a connection's batch comes
+long before its last frames; its lifecycle files must hold the rows ``stage_lifecycle`` (what the lifecycle
+job's tasks run) writes from the same frames files, sorted as the job sorts them. The Spark jobs and the
+commits are tests/e2e/test_fused_lifecycle.py's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from amqp_decode import pipeline
+from amqp_decode.lifecycle import amqp091
+from amqp_decode.lifecycle.batches import lifecycle_batches
+from amqp_decode.lifecycle.fused import ConnectionLifecycle
+from amqp_decode.tls import KeyLog
+from jobs import ingest_captures, lifecycle
+from jobs.config import load_config
+from jobs.staging import StagedTable
+from tests.lifecycle.captures import DATA
+
+CAPTURES = sorted(p for p in DATA.rglob("*.pcap*") if "fuzz" not in p.parts)
+KEYLOGS = sorted(str(p) for p in (DATA / "tls").glob("*.keylog"))
+
+
+def _packets(options):
+    splits = pa.RecordBatch.from_pylist(
+        [{"capture_id": f"cap{i:02d}", "path": str(p), "start": 0, "end": p.stat().st_size, "split_index": 0}
+         for i, p in enumerate(CAPTURES)], schema=pipeline.SPLITS_SCHEMA)
+    packets = pa.Table.from_batches(list(pipeline.read_splits([splits], options)))
+    return packets.sort_by([(k, "ascending") for k in ("capture_id", "flow_key", "ts_us", "record_offset")])
+
+
+@functools.lru_cache(maxsize=None)
+def _options(batch_rows: int) -> pipeline.Options:
+    options = dataclasses.replace(ingest_captures.options_from(load_config()), batch_rows=batch_rows)
+    return dataclasses.replace(options, decode_options=dataclasses.replace(options.decode_options,
+                                                                         tls_keys=KeyLog.read(KEYLOGS)))
+
+
+def _staged(root, folder: str) -> dict[str, StagedTable]:
+    return {kind: StagedTable(t.name, str(root), folder) for kind, t in lifecycle.OUTPUTS}
+
+
+def _read(root, table: str, folder: str) -> list:
+    files = sorted((root / table / "_staging" / folder).rglob("*.parquet"))
+    rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+    return sorted(rows, key=repr)
+
+
+def _decode(tmp_path, batch_rows: int) -> list[pa.RecordBatch]:
+    options = _options(batch_rows)
+    staged = {name: StagedTable(name, str(tmp_path), "decode") for name in ingest_captures.STAGED_TABLES}
+    return list(ingest_captures.decode_and_stage(_packets(options).to_batches(max_chunksize=batch_rows), options, staged,
+                                                 task=0, lifecycle_staged=_staged(tmp_path, "fused")))
+
+
+@pytest.mark.parametrize("batch_rows", [61, 8192])
+def test_the_decode_task_writes_the_rows_the_lifecycle_job_would(tmp_path, batch_rows):
+    out = _decode(tmp_path, batch_rows)
+    assert not [b for b in out if b.column("kind")[0].as_py() == ingest_captures.LIFECYCLE_FAILED]
+    frames = pa.concat_tables(pq.read_table(f) for f in (tmp_path / "frames" / "_staging" / "decode").rglob("*.parquet"))
+    read = [c for c in (*lifecycle.FRAME_COLUMNS, "ts") if c in frames.column_names]
+    ordered = frames.select(read).sort_by([(k, "ascending") for k in ("connection_id", *lifecycle.SORT_KEYS)])
+    fn = functools.partial(lifecycle_batches, **lifecycle.structs())
+    list(lifecycle.stage_lifecycle(ordered.to_batches(max_chunksize=1000), fn, _staged(tmp_path, "job"), task=0))
+    sizes = {}
+    for _, t in lifecycle.OUTPUTS:
+        fused, job = _read(tmp_path, t.name, "fused"), _read(tmp_path, t.name, "job")
+        assert fused == job, t.name
+        sizes[t.name] = len(job)
+    assert sizes["deliveries"] > 1000 and sizes["flow_events"] > 500 and sizes["request_responses"] > 500, sizes
+
+
+def _frames(connection: str, capture: str, offsets: list[int]) -> pa.RecordBatch:
+    """Frames-table rows (every column the machines read) of 0-9-1 heartbeats."""
+    blank = dict.fromkeys(c for c in lifecycle.FRAME_COLUMNS if c != "ts_us")
+    return pa.RecordBatch.from_pylist([
+        blank | {"connection_id": connection, "capture_id": capture, "direction": "to_server", "stream_offset": o,
+                 "ts": dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=o), "dialect": "0-9-1",
+                 "frame_type": "heartbeat", "channel": 0} for o in offsets])
+
+
+def test_frames_of_a_connection_after_it_ran_leave_the_capture_to_the_job():
+    fused = ConnectionLifecycle(**lifecycle.structs())
+    meta = [json.dumps({"frames_through": 2})]
+    for _ in (*fused.frames("a", _frames("a1", "a", [8, 20])), *fused.closed("a", ["a1"], meta),
+              *fused.frames("b", _frames("b1", "b", [8])), *fused.closed("b", ["b1"], [json.dumps({"frames_through": 1})]),
+              *fused.frames("a", _frames("a1", "a", [40])), *fused.finish()):
+        pass
+    assert list(fused.failed) == ["a"] and "after it was whole" in fused.failed["a"]
+    assert fused.done == {"a1", "b1"} and fused.held == {}
+
+
+def test_a_capture_the_machines_raise_on_is_named_and_the_others_are_kept(tmp_path, monkeypatch):
+    """Machines that raise (a bug: they never should) on one capture: the task goes on, names it in a
+    ``lifecycle_failed`` row (the driver then commits no lifecycle file of it; so are the captures whose connections
+    were fed in the same batch, for the lifecycle job to derive), and every other capture's rows are the same as
+    without the failure."""
+    clean = _decode(tmp_path / "clean", 61)  # small batches: the victim's is a few captures
+    victim = f"cap{CAPTURES.index(DATA / 'broker' / 'basic_get.pcap'):02d}"
+    original = amqp091.Connection091.on_frame
+
+    def on_frame(self, row, *args):
+        if row["capture_id"] == victim:
+            raise RuntimeError("machine bug")
+        return original(self, row, *args)
+
+    monkeypatch.setattr(amqp091.Connection091, "on_frame", on_frame)
+    out = _decode(tmp_path / "broken", 61)
+    failed = {b.column("capture_id")[0].as_py(): b.column("meta")[0].as_py() for b in out
+              if b.column("kind")[0].as_py() == ingest_captures.LIFECYCLE_FAILED}
+    assert failed[victim] == "RuntimeError: machine bug" and set(failed.values()) == {"RuntimeError: machine bug"}
+    assert len(failed) < len(CAPTURES) / 2  # the others of the victim's batch, not the task
+    assert [b for b in clean if b.column("kind")[0].as_py() == ingest_captures.LIFECYCLE_FAILED] == []
+    for _, t in lifecycle.OUTPUTS:
+        kept = [r for r in _read(tmp_path / "broken", t.name, "fused") if r["capture_id"] not in failed]
+        assert kept and kept == [r for r in _read(tmp_path / "clean", t.name, "fused") if r["capture_id"] not in failed], t.name
