@@ -39,9 +39,10 @@ airflow: $(AIRFLOW_STAMP)
 demo: java $(STAMP)
 	$(VENV)/bin/amqplens demo --lake ./lake
 
-# two workers, each test folder that shares a lake on one of them (tests/conftest.py groups them)
+# two workers, each test folder that shares a lake on one of them (tests/conftest.py groups them);
+# PYTEST_ARGS adds options, e.g. PYTEST_ARGS=--durations=30
 test: java $(STAMP) $(AIRFLOW_STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not spark and not e2e"

@@ -221,6 +221,7 @@ SPEC: dict[str, Rule] = {
     "decode.compiled": _choice("auto", "on", "off"),
     "decode.redact_headers": _names("a list of header or property names"),
     "lifecycle.fused": _bool(),
+    "lifecycle.fused_max_held_frames": _int(1),
     "logs.split_size": _size(),
     "logs.join_tolerance_s": _int(0),
     "metrics.bucket": _duration(),

@@ -251,7 +251,8 @@ def read_counted_splits(batches, options: pipeline.Options, read_bytes=None):
 
 
 def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, StagedTable], task: int | None = None,
-                     frames_decoded=None, lifecycle_staged: dict[str, StagedTable] | None = None):
+                     frames_decoded=None, lifecycle_staged: dict[str, StagedTable] | None = None,
+                     max_held_frames: int | None = None):
     """``pipeline.decode_flows``, with its frames, connections and errors written to their tables' staging folders
     by this task.
 
@@ -278,7 +279,7 @@ def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, Stage
     if lifecycle_staged:
         from amqp_decode.lifecycle.fused import ConnectionLifecycle
 
-        fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=options.batch_rows)
+        fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=options.batch_rows, max_held_rows=max_held_frames)
         life = lifecycle.LifecycleWriters(lifecycle_staged, task)
     for out in pipeline.decode_flows(batches, options):
         kind = out.column(0)[0].as_py() if out.num_rows else None
@@ -374,7 +375,8 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
         packets.repartition(shuffle_partitions(spark, conf), "flow_key")
         .sortWithinPartitions("capture_id", "flow_key", "ts_us", "record_offset")
         .mapInArrow(functools.partial(decode_and_stage, options=options, staged=staged,
-                                      frames_decoded=progress.counter(spark, "frames"), lifecycle_staged=lifecycle_staged),
+                                      frames_decoded=progress.counter(spark, "frames"), lifecycle_staged=lifecycle_staged,
+                                      max_held_frames=conf["lifecycle.fused_max_held_frames"]),
                     from_arrow_schema(options.flows_schema))
     )
     try:

@@ -148,8 +148,9 @@ METRIC_DEFINITIONS = (
      "backlog drains); a queue that does not deliver a key's messages in publish order (a priority queue holding "
      "messages of several priorities) or a publish routed to only some of the queues bound "
      "with its key (a binding added or removed during the capture) shifts the matches of that key in that queue; "
-     "a message published over one dialect and consumed over another matches only by message-id. Every step is a "
-     "window over a key or an equi-join on (key, rank): the rows stay linear in the deliveries."),
+     "a message published over one dialect and consumed over another matches only by message-id. It runs as one "
+     "shuffle of the publishes, deliveries and requeues by key and one pass over each key's events in time order "
+     "(jobs/metrics_e2e.py): the rows stay linear in the deliveries."),
     ("metrics_settlement", "outcome", "Messages per outcome (deliveries.outcome: confirmed, returned, acked, nacked_requeue, "
      "rejected_drop, accepted, released, ...) and their share of the group's messages."),
     ("metrics_settlement", "settle_mode", "How messages were meant to be settled: confirm / tx / no_confirm publishes, "

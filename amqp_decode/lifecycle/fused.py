@@ -57,10 +57,14 @@ class ConnectionLifecycle:
 
     def __init__(self, delivery_struct: pa.StructType, flow_event_struct: pa.StructType,
                  request_response_struct: pa.StructType, options: LifecycleOptions = LifecycleOptions(),
-                 batch_rows: int = 8192) -> None:
+                 batch_rows: int = 8192, max_held_rows: int | None = None) -> None:
         use_system_memory_pool()
         self.out = LifecycleBatcher(delivery_struct, flow_event_struct, request_response_struct, options, batch_rows)
         self.batch_rows = batch_rows
+        # frames held of connections not yet whole, at most: a long-lived connection's frames would otherwise stay in
+        # the task for the whole capture (1.3 GB at 1 GB of 8 long connections); beyond, the capture goes to the job
+        self.max_held_rows = max_held_rows
+        self.held_rows = 0
         self.types: dict[str, pa.DataType] = {}  # the READ_COLUMNS the frame batches have, with their types
         self.held: dict[str, list[pa.RecordBatch]] = {}  # connection -> its frames so far (the batches' non-null columns)
         self.capture_of: dict[str, str] = {}  # connection -> capture, while held or ready
@@ -108,6 +112,10 @@ class ConnectionLifecycle:
                 return
             self.capture_of.setdefault(cid, capture_id)
             self.held.setdefault(cid, []).append(live.slice(start, end - start))
+            self.held_rows += end - start
+        if self.max_held_rows is not None and self.held_rows > self.max_held_rows:
+            self._fail([capture_id], f"more than {self.max_held_rows} frames held of connections not yet whole "
+                                     "(lifecycle.fused_max_held_frames)")
 
     def _whole(self, capture_id: str) -> Iterator[pa.RecordBatch]:
         queue = self.waiting.get(capture_id)
@@ -120,6 +128,7 @@ class ConnectionLifecycle:
     def _ready(self, cid: str) -> None:
         self.done.add(cid)
         parts = self.held.pop(cid, None)
+        self.held_rows -= sum(p.num_rows for p in parts or ())
         if parts and self.capture_of.get(cid) not in self.failed:
             self.ready[cid] = parts
             self.ready_rows += sum(p.num_rows for p in parts)
@@ -151,7 +160,7 @@ class ConnectionLifecycle:
             self.failed.setdefault(capture_id, why)
         dropped = {cid for cid, cap in self.capture_of.items() if cap in capture_ids}
         for cid in dropped:
-            self.held.pop(cid, None)
+            self.held_rows -= sum(p.num_rows for p in self.held.pop(cid, None) or ())
             self.capture_of.pop(cid, None)
             self.ready_rows -= sum(p.num_rows for p in self.ready.pop(cid, []))
 

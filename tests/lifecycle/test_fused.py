@@ -101,6 +101,19 @@ def test_frames_of_a_connection_after_it_ran_leave_the_capture_to_the_job():
     assert fused.done == {"a1", "b1"} and fused.held == {}
 
 
+def test_a_capture_holding_more_frames_than_the_limit_goes_to_the_job():
+    """lifecycle.fused_max_held_frames bounds a task's memory: capture a's long connection passes the limit of 3 held
+    frames and a is left to the lifecycle job; b, whole within the limit, is kept; nothing stays held."""
+    fused = ConnectionLifecycle(**lifecycle.structs(), max_held_rows=3)
+    out = [*fused.frames("b", _frames("b1", "b", [1, 2])), *fused.closed("b", ["b1"], [json.dumps({"frames_through": 2})]),
+           *fused.frames("a", _frames("a1", "a", [8, 20, 30])), *fused.frames("a", _frames("a1", "a", [40])),
+           *fused.closed("a", ["a1"], [json.dumps({"frames_through": 4})]), *fused.finish()]
+    assert list(fused.failed) == ["a"] and "fused_max_held_frames" in fused.failed["a"]
+    assert fused.held == {} and fused.held_rows == 0
+    kept = {c for b in out if b.num_rows for c in b.column("capture_id").to_pylist()}
+    assert kept <= {"b"}
+
+
 def test_a_capture_the_machines_raise_on_is_named_and_the_others_are_kept(tmp_path, monkeypatch):
     """Machines that raise (a bug: they never should) on one capture: the task goes on, names it in a
     ``lifecycle_failed`` row (the driver then commits no lifecycle file of it; so are the captures whose connections
