@@ -14,6 +14,8 @@ import logging
 import sys
 import uuid
 
+import pyarrow as pa
+
 from amqp_decode import __version__
 from amqp_decode.pipeline import STAGE_FRAME
 from jobs.config import Config
@@ -149,8 +151,10 @@ def _latency_sources(deliveries, e2e_rows, requests, connections, frames, atoms_
     return settles.select(cols).unionByName(e2e.select(cols)).unionByName(rr.select(cols)).unionByName(conns.select(cols))
 
 
-STATS_FIELDS = (("count", "long"), ("missing", "long"), ("mean_us", "double"), ("max_us", "long"), ("p50_us", "double"),
-                ("p90_us", "double"), ("p99_us", "double"))
+# what group_stats yields per group of latency values (its hash, then the metric columns)
+STATS_SCHEMA = pa.schema([("_g", pa.int64()), ("_h", pa.int32()), ("count", pa.int64()), ("missing", pa.int64()),
+                          ("mean_us", pa.float64()), ("max_us", pa.int64()), ("p50_us", pa.float64()),
+                          ("p90_us", pa.float64()), ("p99_us", pa.float64())])
 
 
 def _percentile(v, q: float) -> float:
@@ -167,9 +171,8 @@ def group_stats(batches):
 
     Holds one group's values at a time (8 bytes each); a group may span batches."""
     import numpy as np
-    import pyarrow as pa
 
-    names = ["_g", "_h", *(n for n, _ in STATS_FIELDS)]
+    names = STATS_SCHEMA.names
     out = {n: [] for n in names}
 
     def close(g, h, chunks, missing):
@@ -209,16 +212,6 @@ def group_stats(batches):
     if cur is not None:
         close(*cur, chunks, missing)
     yield flush()
-
-
-def _stats_schema():
-    import pyarrow as pa
-
-    types = {"long": pa.int64(), "double": pa.float64()}
-    return pa.schema([("_g", pa.int64()), ("_h", pa.int32()), *((n, types[t]) for n, t in STATS_FIELDS)])
-
-
-STATS_SCHEMA = _stats_schema()
 
 
 def latency(deliveries, requests, connections, frames, caps, bucket_s: int, partitions: int | None = None):
