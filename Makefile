@@ -25,6 +25,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,notebooks]'
 	$(PY) -m amqp_decode.v0_9_1.warm
+	$(PY) -m jobs.jvm_archive
 	@touch $(STAMP)
 
 $(AIRFLOW_STAMP): pyproject.toml

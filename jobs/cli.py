@@ -69,10 +69,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_imports = None  # the thread of _import_in_background, joined by _await_imports
+
+
+def _import_in_background(*modules: str) -> None:
+    """Import what a later stage needs in a daemon thread while Spark works on the earlier ones: great-expectations
+    takes 2-3 s of Python, which a small capture's run would otherwise wait for at its validate stage.
+
+    The stage that needs them first calls ``_await_imports``: two threads importing the same package at once can
+    each meet the other's partially initialised module (seen when validate imported great-expectations while a
+    thread still did). A module that fails to import here fails again, with its message, in the stage's own import.
+    """
+    import importlib
+    import threading
+
+    global _imports
+
+    def load():
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the stage that imports it reports it
+                pass
+
+    _imports = threading.Thread(target=load, name="amqplens-imports", daemon=True)
+    _imports.start()
+
+
+def _await_imports() -> None:
+    if _imports is not None:
+        _imports.join()
+
+
 def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=()):
     """Every stage in order; returns the report page (None with only_ingest)."""
     from jobs import ingest_captures, ingest_logs, lifecycle, metrics, report
 
+    if not only_ingest:
+        _import_in_background(*(["great_expectations"] if conf["validate.enabled"] else []), "matplotlib.pyplot")
     ids = []
     fused: set[str] = set()  # captures whose lifecycle tables the ingest wrote (lifecycle.fused)
     if inputs:
@@ -105,6 +139,7 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
         stage.done(f"{len(done)} capture(s) written")
     if conf["validate.enabled"]:
         _validate(spark, conf, ids, run_id)
+    _await_imports()
     with Stage("report", spark) as stage:
         page = report.run(spark, conf)
         stage.done(str(page))
@@ -160,6 +195,7 @@ def _isolated_stage(spark, conf, stage: str, run, ids, run_id):
 
 def _validate(spark, conf, ids, run_id) -> None:
     """The validate stage: prints its warnings; a critical failure raises ValidationFailed (the run stops)."""
+    _await_imports()
     from jobs import validate
 
     with Stage("validate", spark) as stage:

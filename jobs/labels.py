@@ -38,24 +38,27 @@ def connection_labels(connections):
 
 
 def label_maps(captures, connections, frames) -> dict:
-    """The small tables ``with_labels`` joins, each with at most one row per key (bounds written beside each)."""
+    """The small tables ``with_labels`` joins, each with at most one row per key (bounds written beside each).
+
+    ``frames``: at least the basic.consume and attach frames (the metrics job passes its cached control frames).
+    Each map is cached: computed by the first metric table that needs it, joined into all four.
+    """
     from pyspark.sql import functions as F
 
-    # computed once (localCheckpoint), each joined into all four metric tables
     return {
         # one row per capture
         "capture": captures.select("capture_id", F.regexp_extract("path", r"[^/\\]+$", 0).alias("cap_label")),
         # one row per connection
-        "connection": connection_labels(connections).localCheckpoint(),
+        "connection": connection_labels(connections).cache(),
         # one row per (connection, consumer tag): <= basic.consume frames
         "consumer": (frames.where((F.col("class_name") == "basic") & (F.col("method_name") == "consume")
                                   & F.col("consumer_tag").isNotNull() & (F.col("consumer_tag") != ""))
                      .groupBy("connection_id", "consumer_tag")
-                     .agg(F.first("queue", ignorenulls=True).alias("consumer_queue")).localCheckpoint()),
+                     .agg(F.first("queue", ignorenulls=True).alias("consumer_queue")).cache()),
         # one row per (connection, channel, handle): <= attach frames
         "link": (frames.where((F.col("performative") == "attach") & F.col("handle").isNotNull())
                  .groupBy("connection_id", "channel", "handle")
-                 .agg(F.first("link_name", ignorenulls=True).alias("attach_name")).localCheckpoint()),
+                 .agg(F.first("link_name", ignorenulls=True).alias("attach_name")).cache()),
     }
 
 

@@ -23,7 +23,7 @@ import os
 import time
 import urllib.parse
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -40,6 +40,16 @@ from schemas import Table, table as table_def
 log = logging.getLogger(__name__)
 
 COMMIT_ATTEMPTS = 5  # commits tried when other writers keep committing first: a few concurrent runs, not a storm
+# "commit:<table>": the process kills itself (SIGKILL) right after committing that table. For the crash-restart test,
+# which needs a run to die between two commits that follow each other within milliseconds.
+FAILPOINT_ENV = "AMQPLENS_FAILPOINT"
+
+
+def _failpoint(event: str, name: str) -> None:
+    if os.environ.get(FAILPOINT_ENV) == f"{event}:{name}":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class LakeConflict(RuntimeError):
@@ -132,6 +142,45 @@ class TableStore:
         application transaction id of (job, that input). Units whose id the
         table already holds are skipped. Returns True if a commit was made.
         """
+        return self.write_many([(name, df)], units=units, run_id=run_id)[name]
+
+    def write_many(self, tables: Sequence[tuple[str, object]], *, units: Mapping[str, str], run_id: str | None = None,
+                   parallel: int = 1) -> dict[str, bool]:
+        """``write`` for several tables: Spark writes their rows (``parallel`` queries at a time, from driver
+        threads), then each is committed in the order given, the last one last (a job's last table marks its units
+        done). If any table's rows fail, nothing is committed. Returns table -> whether a commit was made.
+
+        Queries at a time: on a small run each query's cost is planning and scheduling, which overlap; on a
+        large one they share the executors' cores as one query's stages would.
+        """
+        run_id = run_id or uuid.uuid4().hex[:12]
+        staged: dict[str, tuple | None] = {}
+        try:
+            if parallel > 1 and len(tables) > 1:
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="amqplens-write") as pool:
+                    futures = {name: pool.submit(self._stage_rows, name, df, units, run_id) for name, df in tables}
+                    for name, _ in tables:  # every query ends (or fails) before anything is committed or dropped
+                        futures[name].exception()
+                    for name, _ in tables:
+                        staged[name] = futures[name].result()
+            else:
+                for name, df in tables:
+                    staged[name] = self._stage_rows(name, df, units, run_id)
+            done = {}
+            for name, _ in tables:
+                st = staged[name]
+                done[name] = st is not None and self._commit_retrying(*st[:4], run_id)
+            return done
+        finally:
+            for name, st in staged.items():
+                if st is not None:
+                    self._drop_dir(st[4])
+
+    def _stage_rows(self, name: str, df, units: Mapping[str, str], run_id: str):
+        """Spark writes ``df``'s rows of the pending units into a staging folder, placed as the table's files (not
+        committed): (table, snapshot, adds, pending units, staging folder), or None when every unit is committed."""
         t = table_def(name)
         self.check_schema(t, df)
         df = df.select(*t.column_names)
@@ -139,29 +188,28 @@ class TableStore:
         pending = {k: a for k, a in units.items() if dt is None or dt.transaction_version(a) is None}
         if not pending:
             log.info("table %s: every unit already committed, nothing to do", name)
-            return False
-        run_id = run_id or uuid.uuid4().hex[:12]
+            return None
         (rkey,) = t.replace_by
         from pyspark.sql import functions as F
 
         df = df.where(F.col(rkey).isin(list(pending)))
         self._clean_staging(name)
-        staging = self._path(name, STAGING, run_id)
-        staging_uri = f"{self.uri(name)}/{STAGING}/{run_id}"
+        token = uuid.uuid4().hex[:8]
+        staging = self._path(name, STAGING, f"{run_id}-{token}")
         try:
             (
                 df.withColumn(_REPLACE_DIR, F.col(rkey))
                 .write.mode("overwrite")
                 .partitionBy(*t.partition_by, _REPLACE_DIR)
-                .parquet(staging_uri)
+                .parquet(f"{self.uri(name)}/{STAGING}/{run_id}-{token}")
             )
             # A run's jobs share its run id and may write the same table and partition (captures, then logs):
             # the write's own token keeps their file names apart.
-            adds = self._place_files(t, staging, f"{run_id}-{uuid.uuid4().hex[:8]}")
-            committed = self._commit_retrying(t, dt, adds, pending, run_id)
-        finally:
+            adds = self._place_files(t, staging, f"{run_id}-{token}")
+        except BaseException:
             self._drop_dir(staging)
-        return committed
+            raise
+        return t, dt, adds, pending, staging
 
     def stage(self, name: str, run_id: str) -> StagedTable:
         """A staging folder of ``name`` for executors that write the table's files themselves (``StagedWriter``)."""
@@ -284,6 +332,7 @@ class TableStore:
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
                 self._commit(t, dt, adds, self._removals(t, dt, set(pending)), pending, run_id)
+                _failpoint("commit", t.name)
                 return True
             except LakeConflict as exc:
                 dt = self.delta(t.name)

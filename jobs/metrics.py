@@ -55,7 +55,8 @@ def _delivery_entities(F):
 
 
 CONTROL_COLUMNS = ("capture_id", "connection_id", "ts", "dialect", "direction", "channel", "class_name", "method_name",
-                   "performative", "consumer_tag", "queue", "reply_code", "reply_text", "error_condition", "decode_error")
+                   "performative", "consumer_tag", "queue", "reply_code", "reply_text", "error_condition", "decode_error",
+                   "handle", "link_name")
 
 
 # what latency and settlement read of deliveries (not frame_ids, properties_json, trace_json: the bulk of a row)
@@ -65,13 +66,14 @@ DELIVERY_COLUMNS = ("delivery_id", "capture_id", "connection_id", "dialect", "di
 
 
 def control_frames(frames):
-    """The frames metrics reads besides flow's: basic.consume, the opens and closes, and those with a decode_error."""
+    """The frames metrics reads besides flow's: basic.consume, the opens, attaches and closes, and those with a
+    decode_error (the attaches name the links in ``jobs.labels``)."""
     from pyspark.sql import functions as F
 
     cm = lambda c, m: (F.col("class_name") == c) & (F.col("method_name") == m)  # noqa: E731
     return frames.where(
         cm("basic", "consume") | cm("connection", "open-ok") | cm("connection", "close") | cm("channel", "close")
-        | F.col("performative").isin("open", "detach", "end", "close") | F.col("decode_error").isNotNull()
+        | F.col("performative").isin("open", "attach", "detach", "end", "close") | F.col("decode_error").isNotNull()
     ).select(*CONTROL_COLUMNS)
 
 
@@ -356,7 +358,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     control = control_frames(frames).cache()
     deliveries = deliveries_with_queue(read("deliveries").select(*DELIVERY_COLUMNS), control).cache()
     connections = read("connections")
-    labels = label_maps(read("captures"), connections, frames)
+    labels = label_maps(read("captures"), connections, control)
     bucket_s = conf["metrics.bucket"]
     tables = (
         ("metrics_latency", latency(deliveries, read("request_responses"), connections, control, caps, bucket_s)),
@@ -366,11 +368,12 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
                                   peer_anomalies(read("deliveries"), read("flow_events")))),
     )
     try:
-        for name, df in tables:
-            store.write(name, with_labels(df, labels), units=pending, run_id=run_id)
+        # the commits go in this order whatever the queries' order: metrics_errors last
+        store.write_many([(name, with_labels(df, labels)) for name, df in tables], units=pending, run_id=run_id,
+                         parallel=conf["metrics.concurrent_tables"])
     finally:
-        control.unpersist()
-        deliveries.unpersist()
+        for df in (control, deliveries, *labels.values()):
+            df.unpersist()
     return list(pending)
 
 

@@ -52,6 +52,10 @@ def session_settings(conf: Config) -> dict[str, str]:
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
         "spark.ui.showConsoleProgress": "true" if progress else "false",
+        # PySpark 4 records the Python call site of every DataFrame and Column call in the JVM (four or five py4j
+        # round trips each, and a first call that imports IPython when it is installed): 33,000 calls for one
+        # small capture's metrics. Errors still name the failing expression; only the Python line is not attached.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
     }
     if s["shuffle_partitions"] != "auto":  # auto: set by get_spark once the session knows its cores
         settings["spark.sql.shuffle.partitions"] = str(s["shuffle_partitions"])
@@ -73,11 +77,17 @@ def shuffle_partitions(spark, conf: Config) -> int:
 
 
 def driver_java_options(conf: Config) -> str:
-    """The embedded session's JVM options: our log4j2 config and, with ``spark.quick_jit``, the C1 compiler
-    only (a local run lives seconds to minutes: C2's compile time does not pay back)."""
+    """The embedded session's JVM options: our log4j2 config; with ``spark.quick_jit``, the C1 compiler only (a local
+    run lives seconds to minutes: C2's compile time does not pay back); with ``spark.class_sharing``, the class-data
+    sharing archive the install step built (jobs/jvm_archive.py), if there is one."""
+    from jobs import jvm_archive
+
     options = [f"-Dlog4j2.configurationFile=file:{LOG4J}"]
     if conf["spark.quick_jit"]:
         options += QUICK_JIT
+    archive = jvm_archive.usable_archive() if conf["spark.class_sharing"] else None
+    if archive is not None:
+        options += [f"-XX:SharedArchiveFile={archive}", "-Xshare:auto"]
     return " ".join(options)
 
 
@@ -89,7 +99,7 @@ def get_spark(conf: Config):
     if active is not None or _under_spark_submit():
         spark = active or SparkSession.builder.appName(conf["spark.app_name"]).getOrCreate()
         for key, value in session_settings(conf).items():
-            if key.startswith("spark.sql.") and spark.conf.get(key, None) in (None, ""):
+            if key.startswith(("spark.sql.", "spark.python.sql.")) and spark.conf.get(key, None) in (None, ""):
                 spark.conf.set(key, value)
         return spark
 

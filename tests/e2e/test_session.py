@@ -1,4 +1,4 @@
-"""The embedded session gets the JVM options conf/defaults.yaml asks for (spark.quick_jit, the log4j2 config)."""
+"""The embedded session gets the JVM options conf/defaults.yaml asks for (spark.quick_jit, spark.class_sharing, the log4j2 config)."""
 
 from __future__ import annotations
 
@@ -26,3 +26,38 @@ def test_auto_shuffle_partitions_are_two_per_core_of_the_session(spark, conf):
     assert spark.sparkContext.defaultParallelism == 2  # the shared session is local[2]
     assert shuffle_partitions(spark, conf.with_overrides(spark__shuffle_partitions="auto")) == 4
     assert shuffle_partitions(spark, conf) == conf["spark.shuffle_partitions"] == 2  # a number is used as given
+
+
+def test_the_shared_session_maps_the_class_archive_the_install_step_built(spark):
+    """make's install step builds the archive (python -m jobs.jvm_archive); the session's JVM was started with it, and a
+    JVM with the session's own class path maps it (-Xshare:on fails when the archive does not match)."""
+    import io
+
+    from jobs import jvm_archive
+
+    archive = jvm_archive.usable_archive()
+    if archive is None:
+        pytest.skip("no class archive built for this interpreter (make's install step builds it)")
+    options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions").split()
+    assert f"-XX:SharedArchiveFile={archive}" in options
+    jvm = spark._jvm
+    running = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert f"-XX:SharedArchiveFile={archive}" in running
+    out = io.StringIO()
+    assert jvm_archive.check(jvm.System.getProperty("java.class.path"), out=out), out.getvalue()
+
+
+def test_a_jvm_given_an_archive_that_is_not_one_still_runs(tmp_path):
+    """A stale or damaged archive costs speed, never a run: -Xshare:auto falls back to loading classes."""
+    import subprocess
+
+    from jobs import jvm_archive
+
+    bad = tmp_path / "spark-0.jsa"
+    bad.write_bytes(b"not an archive" * 100)
+    p = subprocess.run([jvm_archive._java(), f"-XX:SharedArchiveFile={bad}", "-Xshare:auto", "-version"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    strict = subprocess.run([jvm_archive._java(), f"-XX:SharedArchiveFile={bad}", "-Xshare:on", "-version"],
+                            capture_output=True, text=True)
+    assert strict.returncode != 0  # the same file does not map: the fallback above is what kept the JVM alive

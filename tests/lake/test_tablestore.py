@@ -117,3 +117,45 @@ def test_two_writes_with_one_run_id_keep_both_files(spark, lake):
     store.write("decode_errors", frame(spark, rows("B", 2)), units={"B": "logs:B:v1"}, run_id="day-1")
     assert ids(store) == sorted([f"A-{i}" for i in range(3)] + [f"B-{i}" for i in range(2)])
     assert DeltaTable(str(lake / "decode_errors")).to_pyarrow_table().num_rows == 5
+
+
+def test_write_many_commits_nothing_when_one_tables_query_fails(spark, lake):
+    """Several tables' queries run at once (metrics.concurrent_tables); one failing leaves every table as it was:
+    nothing committed, no staged file left behind. Bad input tried: a column whose computation raises in the task."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.functions import udf
+
+    from jobs.staging import STAGING
+    from schemas import table
+
+    @udf("string")
+    def boom(v):
+        raise ValueError(f"no reason for {v}")
+
+    store = TableStore(spark, str(lake))
+    empty = spark.createDataFrame([], table("request_responses").spark_schema())
+    failing = frame(spark, rows("A", 3)).withColumn("reason", boom(F.col("reason")))
+    with pytest.raises(Exception, match="no reason for"):
+        store.write_many([("request_responses", empty), ("decode_errors", failing)], units={"A": "w:A:v1"}, parallel=2)
+    for name in ("request_responses", "decode_errors"):
+        assert store.version(name) is None
+        staging = lake / name / STAGING
+        assert not staging.exists() or not any(staging.iterdir())
+
+
+def test_write_many_commits_in_the_order_given_whatever_finishes_first(spark, lake):
+    from schemas import table
+
+    store = TableStore(spark, str(lake))
+    empty = spark.createDataFrame([], table("request_responses").spark_schema())
+    done = store.write_many([("decode_errors", frame(spark, rows("A", 300))), ("request_responses", empty)],
+                            units={"A": "w:A:v1"}, parallel=2)
+    assert done == {"decode_errors": True, "request_responses": True}
+    assert ids(store) == sorted(f"A-{i}" for i in range(300))
+    first = DeltaTable(str(lake / "decode_errors")).history()[0]["timestamp"]
+    second = DeltaTable(str(lake / "request_responses")).history()[0]["timestamp"]
+    assert first <= second
+    # a second call with the same units commits nothing
+    again = store.write_many([("decode_errors", frame(spark, rows("A", 300))), ("request_responses", empty)],
+                             units={"A": "w:A:v1"}, parallel=2)
+    assert again == {"decode_errors": False, "request_responses": False}

@@ -70,11 +70,28 @@ def test_broken_yaml_file_is_named(conf_dir, tmp_path):
 def test_quick_jit_puts_the_c1_flag_on_the_embedded_driver_only_when_on(conf_dir):
     from jobs.session import LOG4J, driver_java_options
 
-    on, off = load_config(conf_dir=conf_dir), load_config(sets=["spark.quick_jit=false"], conf_dir=conf_dir)
+    on = load_config(sets=["spark.class_sharing=false"], conf_dir=conf_dir)
+    off = load_config(sets=["spark.quick_jit=false", "spark.class_sharing=false"], conf_dir=conf_dir)
     assert on["spark.quick_jit"] is True
     assert driver_java_options(on).split() == [f"-Dlog4j2.configurationFile=file:{LOG4J}", "-XX:TieredStopAtLevel=1",
                                                "-XX:ReservedCodeCacheSize=240m"]
     assert driver_java_options(off).split() == [f"-Dlog4j2.configurationFile=file:{LOG4J}"]
+
+
+def test_class_sharing_maps_the_archive_only_when_on_and_built(conf_dir, tmp_path, monkeypatch):
+    from jobs import jvm_archive
+    from jobs.session import driver_java_options
+
+    monkeypatch.setattr(jvm_archive, "_folder", lambda: tmp_path / "jvm")
+    on, off = load_config(conf_dir=conf_dir), load_config(sets=["spark.class_sharing=false"], conf_dir=conf_dir)
+    assert on["spark.class_sharing"] is True
+    assert not any("SharedArchiveFile" in o for o in driver_java_options(on).split())  # not built
+    path = jvm_archive.archive_path()
+    assert path.parent == tmp_path / "jvm" and path.name.startswith("spark-") and path.suffix == ".jsa"
+    path.parent.mkdir()
+    path.write_bytes(b"built")
+    assert driver_java_options(on).split()[-2:] == [f"-XX:SharedArchiveFile={path}", "-Xshare:auto"]
+    assert not any("SharedArchiveFile" in o for o in driver_java_options(off).split())
 
 
 def test_shuffle_partitions_default_to_auto_and_take_a_number(conf_dir):
