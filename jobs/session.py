@@ -55,6 +55,7 @@ def session_settings(conf: Config) -> dict[str, str]:
         # PySpark 4 records the Python call site of every DataFrame and Column call in the JVM (four or five py4j
         # round trips each, and a first call that imports IPython when it is installed): 33,000 calls for one
         # small capture's metrics. Errors still name the failing expression; only the Python line is not attached.
+        # A static setting: under spark-submit only `--conf` sets it (the Airflow DAG does), never the session.
         "spark.python.sql.dataFrameDebugging.enabled": "false",
     }
     if s["shuffle_partitions"] != "auto":  # auto: set by get_spark once the session knows its cores
@@ -99,7 +100,7 @@ def get_spark(conf: Config):
     if active is not None or _under_spark_submit():
         spark = active or SparkSession.builder.appName(conf["spark.app_name"]).getOrCreate()
         for key, value in session_settings(conf).items():
-            if key.startswith(("spark.sql.", "spark.python.sql.")) and spark.conf.get(key, None) in (None, ""):
+            if key.startswith("spark.sql.") and spark.conf.get(key, None) in (None, ""):
                 spark.conf.set(key, value)
         return spark
 

@@ -64,6 +64,7 @@ def _group(item) -> str:
     return max(homes, key=len) if homes else item.nodeid.split("::")[0]
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group markers in the workers
 def pytest_collection_modifyitems(config, items):
     """Each test joins its xdist group (new tests too: nothing is listed by hand). Under xdist the groups with
     JVM work (spark or e2e tests) go first, so the long ones start early and the pure ones fill in behind."""
