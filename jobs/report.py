@@ -20,6 +20,7 @@ import datetime as dt
 import html
 import pathlib
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 
@@ -114,14 +115,16 @@ def top_tables(store, n: int) -> list[tuple[str, str, str, list[str], list[tuple
 def _figures(store, conf, conns, blocked, errs, events, alarms, out_dir: pathlib.Path) -> list[Figure]:
     """The overview's figures: plotly divs, and each also a PNG next to the page."""
     n, points = conf["report.busiest"], conf["report.max_points"]
-    stats = data.latency_stats(store)
-    inflight = data.busiest_series(store, "channel", "deliver", ["in_flight", "prefetch_count"], n, points)
-    credit = data.busiest_series(store, "link", "transfer", ["link_credit"], n, points)
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="amqplens-figures") as pool:  # independent queries
+        stats = pool.submit(data.latency_stats, store)
+        inflight = pool.submit(data.busiest_series, store, "channel", "deliver", ["in_flight", "prefetch_count"], n, points)
+        credit = pool.submit(data.busiest_series, store, "link", "transfer", ["link_credit"], n, points)
+        outcomes = pool.submit(data.outcomes, store)
+        stats, inflight, credit, outcomes = stats.result(), inflight.result(), credit.result(), outcomes.result()
     ids = sorted(set(inflight.connection_id) | set(credit.connection_id))
     labels = data.entity_labels(store, ("channel", "link"), ids)
     chan = lambda r: f"{r.connection_id}/{r.channel}"  # noqa: E731  (metrics_flow's entity names)
     link = lambda r: f"{r.connection_id}/{r.channel}/handle {int(r.link_handle)}"  # noqa: E731
-    outcomes = data.outcomes(store)
     spans = plots.blocked_spans(blocked, conns)
     href = lambda cid: f"connections/{pages.page_name(cid)}" if cid in paged(conns) else None  # noqa: E731
     defs = [
@@ -228,8 +231,10 @@ def write_connection_pages(store, conns, blocked, errs, out_dir: pathlib.Path) -
     ids = list(mine.connection_id)
     if not ids:
         return []
-    frames, flows = data.lifecycle_frames(store, ids, PAGE_EVENT_CAP)
-    lat, out = data.connection_metrics(store, ids)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="amqplens-pages") as pool:  # independent queries
+        lifecycle = pool.submit(data.lifecycle_frames, store, ids, PAGE_EVENT_CAP)
+        metrics = pool.submit(data.connection_metrics, store, ids)
+        (frames, flows), (lat, out) = lifecycle.result(), metrics.result()
     folder = out_dir / "connections"
     folder.mkdir(exist_ok=True)
     written = []
@@ -260,13 +265,21 @@ def run(spark, conf: Config, out: str | None = None) -> pathlib.Path:
     write_plotly_js(out_dir)
     conns = data.connections(store, conf["report.connection_pages"])
     ids = list(conns.connection_id)
-    blocked, errs = data.blocked_and_errors(store, ids, PAGE_EVENT_CAP)
-    events, alarms = broker_event_rows(store, ids), alarm_intervals(store)
-    figures = _figures(store, conf, conns, blocked, errs, events, alarms, out_dir)
-    write_connection_pages(store, conns, blocked, errs, out_dir)
+    # Independent queries at once from driver threads: each is a small aggregate whose cost on a small lake is
+    # planning and scheduling, which overlap. The figures stay in this thread (matplotlib's pyplot is not
+    # thread-safe); the connection pages draw with plotly only.
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="amqplens-report") as pool:
+        tables = pool.submit(top_tables, store, conf["report.top_n"])
+        logs = pool.submit(lambda: (broker_event_rows(store, ids), alarm_intervals(store)))
+        blocked, errs = data.blocked_and_errors(store, ids, PAGE_EVENT_CAP)
+        pages_written = pool.submit(write_connection_pages, store, conns, blocked, errs, out_dir)
+        events, alarms = logs.result()
+        figures = _figures(store, conf, conns, blocked, errs, events, alarms, out_dir)
+        pages_written.result()
+        tables = tables.result()
     page = out_dir / "index.html"
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    page.write_text(render_overview(store, figures, top_tables(store, conf["report.top_n"]), conns, generated))
+    page.write_text(render_overview(store, figures, tables, conns, generated))
     return page
 
 
