@@ -41,7 +41,9 @@ def label_maps(captures, connections, frames) -> dict:
     """The small tables ``with_labels`` joins, each with at most one row per key (bounds written beside each).
 
     ``frames``: at least the basic.consume and attach frames (the metrics job passes its cached control frames).
-    Each map is cached: computed by the first metric table that needs it, joined into all four.
+    Each map is cached (not checkpointed) and joined into all four metric tables; their queries start together
+    (``metrics.concurrent_tables``), so more than one may compute a map before the cache holds it: a few rows per
+    connection, consumer or link, cheaper than a checkpoint's job of its own before them.
     """
     from pyspark.sql import functions as F
 
