@@ -66,13 +66,21 @@ def _group(item) -> str:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group markers in the workers
 def pytest_collection_modifyitems(config, items):
-    """Each test joins its xdist group (new tests too: nothing is listed by hand). Under xdist the groups with
+    """Each test joins its module's xdist group (new tests too: nothing is listed by hand). Under xdist the groups with
     JVM work (spark or e2e tests) go first, so the long ones start early and the pure ones fill in behind."""
     heavy = set()
+    # A module goes whole to one group, its tests' folder group if any has one (the deepest), so that its module
+    # fixtures are built once: test_wild_run's lake was built on both workers while one of its tests shared the
+    # folder's session lake and the others did not.
+    folders: dict[str, set[str]] = {}
     for item in items:
-        group = _group(item)
+        module, group = item.nodeid.split("::")[0], _group(item)
+        folders.setdefault(module, set()).update({group} - {module})
+    by_module = {module: max(groups, key=len) if groups else module for module, groups in folders.items()}
+    for item in items:
+        group = by_module[item.nodeid.split("::")[0]]
         item.add_marker(pytest.mark.xdist_group(group))
         if item.get_closest_marker("spark") or item.get_closest_marker("e2e"):
             heavy.add(group)
     if getattr(config.option, "numprocesses", None):
-        items.sort(key=lambda item: _group(item) not in heavy)  # stable: collection order within each part
+        items.sort(key=lambda item: by_module[item.nodeid.split("::")[0]] not in heavy)  # stable: collection order within each part
