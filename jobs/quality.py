@@ -174,7 +174,9 @@ class RunTables:
 
 
 def batch(t: Table, tables: RunTables, conf):
-    """Table ``t``'s run slice with every column its suite reads, in few partitions (GX runs many small jobs)."""
+    """Table ``t``'s run slice with the columns its suite reads and no other, in few partitions (GX runs many small
+    jobs): the extra columns are computed from the whole row, then the batch keeps only what the checks read, so the
+    cache holds a few columns (frames has over 70) and the scan reads only the columns the extras need."""
     from jobs.session import shuffle_partitions
 
     slices = tables.slices
@@ -191,4 +193,4 @@ def batch(t: Table, tables: RunTables, conf):
     for column, target in ex.references(t).items():
         # a capture's rows name rows of the same capture; a log's may name any capture's connection
         df = with_reference(t, df, column, tables.keys(target, whole_table=t.replace_by != ("capture_id",)))
-    return df.coalesce(shuffle_partitions(df.sparkSession, conf))
+    return df.select(*ex.suite_columns(t, ex.Settings.from_config(conf))).coalesce(shuffle_partitions(df.sparkSession, conf))

@@ -204,7 +204,7 @@ def with_anomaly(t: Table, df: pd.DataFrame) -> pd.DataFrame:
 
 
 def batch(t: Table, run: SmallRun, conf) -> pd.DataFrame:
-    """``jobs.quality.batch`` for a small run: table ``t``'s rows with every column its suite reads."""
+    """``jobs.quality.batch`` for a small run: table ``t``'s rows with the columns its suite reads and no other."""
     df = run.slice(t.name)
     if t.name == "captures":
         df = with_connection_rows(df, run.slice("connections"))
@@ -217,4 +217,4 @@ def batch(t: Table, run: SmallRun, conf) -> pd.DataFrame:
         df = with_window(t, df, run.slice("captures"), conf["validate.window_slack_s"])
     for column, target in ex.references(t).items():
         df = with_reference(t, df, column, run.keys(target, whole_table=t.replace_by != ("capture_id",)))
-    return df
+    return df[ex.suite_columns(t, ex.Settings.from_config(conf))]

@@ -332,6 +332,22 @@ def checks(t: Table, settings: Settings) -> list[Check]:
     return _generic(t) + _extras(t, settings)
 
 
+COLUMN_ARGS = ("column", "column_list", "column_A", "column_B")  # the expectation arguments that name columns
+
+
+def suite_columns(t: Table, settings: Settings) -> list[str]:
+    """The columns table ``t``'s suite reads (its key first: failure samples name rows by it), in first-use order.
+
+    A batch needs no other column, so validate projects each table to these before caching it.
+    """
+    out = dict.fromkeys(t.key)
+    for c in checks(t, settings):
+        for arg in COLUMN_ARGS:
+            value = c.kwargs.get(arg)
+            out.update(dict.fromkeys([value] if isinstance(value, str) else value or []))
+    return list(out)
+
+
 def suite(t: Table, settings: Settings, only: set[str] | None = None):
     """The table's ``gx.ExpectationSuite`` (``only``: of these checks, a suite named <table>.failures).
 

@@ -7,7 +7,7 @@ import re
 
 from amqp_decode.lifecycle import machines
 from schemas import ALL_TABLES
-from schemas.expectations import ENUMS, Settings, checks, suite
+from schemas.expectations import ENUMS, Settings, checks, suite, suite_columns
 
 
 def _words(doc: str) -> set[str]:
@@ -58,3 +58,18 @@ def test_a_suite_per_table_with_names_and_severities_in_meta():
     assert frames["frames.decode_error_share"].severity.value == "warning"
     assert frames["frames.decode_error_share"].mostly == 0.9
     assert suite(ALL_TABLES["frames"], settings, only={"frames.key_unique"}).name == "frames.failures"
+
+
+def test_a_batch_keeps_every_column_an_expectation_reads():
+    """validate projects each batch to ``suite_columns``; GX's own ``domain_keys`` of each expectation say which of its
+    arguments name columns, so a check added with another column argument would fail here, not in a run."""
+    settings = Settings()
+    for t in ALL_TABLES.values():
+        kept = suite_columns(t, settings)
+        assert kept[: len(t.key)] == list(t.key) and len(set(kept)) == len(kept)
+        for e in suite(t, settings).expectations:
+            for arg in set(type(e).domain_keys) - {"batch_id", "row_condition", "condition_parser", "table"}:
+                value = getattr(e, arg, None)
+                for column in [value] if isinstance(value, str) else value or []:
+                    assert column in kept, (t.name, e.meta["name"], arg, column)
+    assert len(suite_columns(ALL_TABLES["frames"], settings)) < len(ALL_TABLES["frames"].columns) / 3
