@@ -226,8 +226,10 @@ def latency(deliveries, requests, connections, frames, caps, bucket_s: int, part
     from pyspark.sql.pandas.types import from_arrow_schema
 
     keys = [*Frame.KEYS, "metric", "direction", "method"]
-    spelt = [F.coalesce(F.col(k).cast("string"), F.lit("\\N")) for k in keys]
-    hashed = lambda df: df.withColumn("_g", F.xxhash64(*spelt)).withColumn("_h", F.hash(*spelt))  # noqa: E731
+    # each key column as it is, followed by whether it is null (Spark's hashes skip a null value, so the flags keep
+    # (null, x) and (x, null) apart): no column is spelt out as text (a timestamp's text costs more than its hash)
+    parts = [p for k in keys for p in (F.col(k), F.col(k).isNull())]
+    hashed = lambda df: df.withColumn("_g", F.xxhash64(*parts)).withColumn("_h", F.hash(*parts))  # noqa: E731
     # materialised once: the end-to-end matching is read by both the values and the names
     e2e = end_to_end(deliveries, partitions).localCheckpoint()
     # rows: (deliveries + requests + 2 x connections) x entities (<= 8) x 2 buckets, narrowed to (hash, value)
