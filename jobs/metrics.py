@@ -159,29 +159,34 @@ STATS_SCHEMA = pa.schema([("_g", pa.int64()), ("_h", pa.int32()), ("count", pa.i
                           ("p90_us", pa.float64()), ("p99_us", pa.float64())])
 
 
-def _percentile(v, q: float) -> float:
-    """Spark's ``percentile`` of sorted ``v``: linear between the closest ranks, in its own arithmetic."""
+def _percentile(at, n: int, q: float) -> float:
+    """Spark's ``percentile`` of ``n`` sorted values (``at(rank)``: the value of a 0-based rank): linear between the
+    closest ranks, in its own arithmetic."""
     import math
 
-    pos = (len(v) - 1) * q
+    pos = (n - 1) * q
     lo, hi = math.floor(pos), math.ceil(pos)
-    return float(v[lo]) if lo == hi else (hi - pos) * float(v[lo]) + (pos - lo) * float(v[hi])
+    return float(at(lo)) if lo == hi else (hi - pos) * float(at(lo)) + (pos - lo) * float(at(hi))
 
 
 def group_stats(batches):
-    """Rows sorted by (_g, _h, value_us) -> one row per group: count, missing, mean, max, p50, p90, p99 (exact).
+    """Rows sorted by (_g, _h, value_us), each standing for ``_n`` equal values (1 without the column) -> one row
+    per group: count, missing, mean, max, p50, p90, p99 (exact).
 
-    Holds one group's values at a time (8 bytes each); a group may span batches."""
+    Holds one group's distinct values at a time (16 bytes each); a group may span batches."""
     import numpy as np
 
     names = STATS_SCHEMA.names
     out = {n: [] for n in names}
 
-    def close(g, h, chunks, missing):
+    def close(g, h, chunks, weights, missing):
         v = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
-        n = len(v)
-        row = (g, h, n, missing, float(v.astype(np.float64).sum() / n) if n else None, int(v[-1]) if n else None,
-               *((_percentile(v, q) if n else None) for q in (0.5, 0.9, 0.99)))
+        w = np.concatenate(weights) if weights else np.zeros(0, np.int64)
+        cum = np.cumsum(w)
+        n = int(cum[-1]) if len(cum) else 0
+        at = lambda rank: v[int(np.searchsorted(cum, rank, side="right"))]  # noqa: E731  the value of 0-based rank
+        row = (g, h, n, missing, float(float((v * w).sum()) / n) if n else None, int(v[-1]) if n else None,
+               *((_percentile(at, n, q) if n else None) for q in (0.5, 0.9, 0.99)))
         for name, x in zip(names, row):
             out[name].append(x)
 
@@ -191,7 +196,7 @@ def group_stats(batches):
             out[name].clear()
         return batch
 
-    cur, chunks, missing = None, [], 0
+    cur, chunks, weights, missing = None, [], [], 0
     for b in batches:
         if not b.num_rows:
             continue
@@ -199,20 +204,22 @@ def group_stats(batches):
         val = b.column("value_us")
         nulls = val.is_null().to_numpy(zero_copy_only=False)
         vals = val.fill_null(0).to_numpy()
+        ns = b.column("_n").to_numpy() if "_n" in b.schema.names else np.ones(len(g), np.int64)
         starts = [0, *(np.flatnonzero((g[1:] != g[:-1]) | (h[1:] != h[:-1])) + 1).tolist(), len(g)]
         for a, z in zip(starts, starts[1:]):
             key = (int(g[a]), int(h[a]))
             if key != cur:
                 if cur is not None:
-                    close(*cur, chunks, missing)
-                cur, chunks, missing = key, [], 0
+                    close(*cur, chunks, weights, missing)
+                cur, chunks, weights, missing = key, [], [], 0
             nn = nulls[a:z]
-            missing += int(nn.sum())
+            missing += int(ns[a:z][nn].sum())
             chunks.append(vals[a:z][~nn])
+            weights.append(ns[a:z][~nn])
         if len(out["_g"]) >= 8192:
             yield flush()
     if cur is not None:
-        close(*cur, chunks, missing)
+        close(*cur, chunks, weights, missing)
     yield flush()
 
 
@@ -235,8 +242,11 @@ def latency(deliveries, requests, connections, frames, caps, bucket_s: int, part
     # rows: (deliveries + requests + 2 x connections) x entities (<= 8) x 2 buckets, narrowed to (hash, value)
     rows = hashed(with_buckets(_latency_sources(deliveries, e2e, requests, connections, frames), caps, bucket_s))
     n = partitions or deliveries.sparkSession.sparkContext.defaultParallelism * 2
-    # rows: the narrow (hash, value) rows sorted; out: one row per group
-    stats = (rows.select("_g", "_h", "value_us").repartition(n, "_g", "_h").sortWithinPartitions("_g", "_h", "value_us")
+    # equal values of a group counted first (map-side: a big group, such as a queue's or the whole capture's, holds
+    # its values many times over, as latencies in microseconds repeat), then each group's distinct values sorted.
+    # rows: the narrow (hash, value) rows; after the count <= min(those, groups x distinct values); out: one per group
+    stats = (rows.groupBy("_g", "_h", "value_us").agg(F.count("*").alias("_n"))
+             .repartition(n, "_g", "_h").sortWithinPartitions("_g", "_h", "value_us")
              .mapInArrow(group_stats, from_arrow_schema(STATS_SCHEMA)))
     # the groups' key columns from the distinct atoms (<= the measured things), spread the same way; one row per group
     atoms = with_buckets(_latency_sources(deliveries, e2e, requests, connections, frames, bucket_s), caps, bucket_s)
