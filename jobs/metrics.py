@@ -92,17 +92,19 @@ def deliveries_with_queue(deliveries, frames):
 
 
 # ------------------------------------------------------------------- latency
-def _latency_sources(deliveries, e2e_rows, requests, connections, frames, atoms_bucket_s: int | None = None):
-    """One row per measured thing and entity: ts, dialect, metric, direction, method, value_us, entity columns.
+def _latency_sources(deliveries, e2e_rows, requests, connections, frames, bucket_s: int, *, names: bool = False):
+    """Per entity, the measured things alike in (bucket, entity columns, metric, ..., value_us), counted (``_n``)
+    before they are spread over entities (map-side: a busy channel repeats its latencies within a bucket): ts is the
+    start of the thing's bucket, which ``with_buckets`` keeps.
 
-    ``atoms_bucket_s``: instead, the distinct (bucket, entity columns, metric, ...) of the measured things before
-    they are spread over entities, without values: the same groups from far fewer rows (map-side distinct).
+    ``names``: instead, the distinct (bucket, entity columns, metric, ...) without values or counts: the groups' names.
     """
     from pyspark.sql import functions as F
 
     def spread(df, specs):
-        if atoms_bucket_s is not None:
-            df = df.withColumn("ts", bucket_of(F.col("ts"), atoms_bucket_s)).drop("value_us").distinct()
+        df = df.withColumn("ts", bucket_of(F.col("ts"), bucket_s))
+        # rows: <= the measured things (grouped before any shuffle), then x entities (<= 8)
+        df = df.drop("value_us").distinct() if names else df.groupBy(*df.columns).agg(F.count("*").alias("_n"))
         return with_entities(df, specs)
 
     d = deliveries
@@ -148,7 +150,7 @@ def _latency_sources(deliveries, e2e_rows, requests, connections, frames, atoms_
         hs("tcp_handshake", F.col("handshake_rtt_us")).unionByName(
             hs("amqp_handshake", amqp_hs).where(F.col("dialect").isNotNull())),
         [("connection", conn, conn, None)])
-    cols = ["capture_id", "ts", "dialect", "metric", "direction", "method", *([] if atoms_bucket_s is not None else ["value_us"]),
+    cols = ["capture_id", "ts", "dialect", "metric", "direction", "method", *([] if names else ["value_us", "_n"]),
             "entity_kind", "entity", "connection_id", "channel"]
     return settles.select(cols).unionByName(e2e.select(cols)).unionByName(rr.select(cols)).unionByName(conns.select(cols))
 
@@ -239,17 +241,17 @@ def latency(deliveries, requests, connections, frames, caps, bucket_s: int, part
     hashed = lambda df: df.withColumn("_g", F.xxhash64(*parts)).withColumn("_h", F.hash(*parts))  # noqa: E731
     # materialised once: the end-to-end matching is read by both the values and the names
     e2e = end_to_end(deliveries, partitions).localCheckpoint()
-    # rows: (deliveries + requests + 2 x connections) x entities (<= 8) x 2 buckets, narrowed to (hash, value)
-    rows = hashed(with_buckets(_latency_sources(deliveries, e2e, requests, connections, frames), caps, bucket_s))
+    # rows: <= (deliveries + requests + 2 x connections) x entities (<= 8) x 2 buckets, narrowed to (hash, value, n)
+    rows = hashed(with_buckets(_latency_sources(deliveries, e2e, requests, connections, frames, bucket_s), caps, bucket_s))
     n = partitions or deliveries.sparkSession.sparkContext.defaultParallelism * 2
     # equal values of a group counted first (map-side: a big group, such as a queue's or the whole capture's, holds
     # its values many times over, as latencies in microseconds repeat), then each group's distinct values sorted.
     # rows: the narrow (hash, value) rows; after the count <= min(those, groups x distinct values); out: one per group
-    stats = (rows.groupBy("_g", "_h", "value_us").agg(F.count("*").alias("_n"))
+    stats = (rows.groupBy("_g", "_h", "value_us").agg(F.sum("_n").alias("_n"))
              .repartition(n, "_g", "_h").sortWithinPartitions("_g", "_h", "value_us")
              .mapInArrow(group_stats, from_arrow_schema(STATS_SCHEMA)))
     # the groups' key columns from the distinct atoms (<= the measured things), spread the same way; one row per group
-    atoms = with_buckets(_latency_sources(deliveries, e2e, requests, connections, frames, bucket_s), caps, bucket_s)
+    atoms = with_buckets(_latency_sources(deliveries, e2e, requests, connections, frames, bucket_s, names=True), caps, bucket_s)
     named = hashed(atoms).groupBy("_g", "_h").agg(*[F.first(k).alias(k) for k in keys])
     out = named.join(stats, ["_g", "_h"]).drop("_g", "_h").withColumn("exact", F.lit(True))
     return conform(add_row_id(out, keys), METRICS_LATENCY)
