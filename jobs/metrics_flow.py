@@ -9,7 +9,7 @@ interval from connections.
 from __future__ import annotations
 
 from jobs.ingest_captures import conform
-from jobs.metrics_frame import Frame, add_row_id, with_buckets
+from jobs.metrics_frame import Frame, add_row_id, bucket_of, with_buckets
 from schemas.metrics import METRICS_FLOW
 
 ENTITY = ("connection_id", "entity", "channel", "consumer_tag", "link_handle")
@@ -104,17 +104,32 @@ def _heartbeat_interval_s():
 
 
 def _heartbeat_metrics(connections, frames, caps, bucket_s: int):
+    """Heartbeat frames sent and heartbeats missed (each gap between two frames of a direction longer than the
+    interval misses floor(gap / interval)) per connection, direction and bucket.
+
+    The frames are first counted map-side per (connection, direction, bucket, slot), a slot being no wider than
+    the interval (at most 1 s): a gap inside a slot is shorter than the interval and misses nothing, so only the
+    gaps between a slot's last frame and the next slot's first can miss, and the window orders slots, not frames.
+    A connection's frames share its dialect (the decoder's), so the dialect rides along in the slot key.
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     conn = connections.select("connection_id", "heartbeat", "server_idle_timeout_ms", "client_idle_timeout_ms")
-    w = Window.partitionBy("connection_id", "direction").orderBy("ts", "stream_offset")
-    # rows: connection_id is unique in connections: frames (x 2 buckets), then grouped per bucket and connection
-    f = (frames.select("capture_id", "connection_id", "direction", "dialect", "ts", "stream_offset", "frame_type")
-         .join(conn, "connection_id").withColumn("interval_s", _heartbeat_interval_s())
-         .withColumn("gap_s", (F.unix_micros("ts") - F.unix_micros(F.lag("ts").over(w))) / 1e6)
+    us = F.unix_micros("ts")
+    slot_us = F.greatest(F.lit(1), F.floor(F.least(F.coalesce("interval_s", F.lit(1.0)), F.lit(1.0)) * 1_000_000))
+    # rows: connection_id is unique in connections: frames, grouped before any shuffle into slots (<= frames;
+    # about the capture's duration per second and connection for a busy one, a few per short one)
+    slots = (frames.select("capture_id", "connection_id", "direction", "dialect", "ts", "frame_type")
+             .join(conn, "connection_id").withColumn("interval_s", _heartbeat_interval_s())
+             .groupBy("capture_id", "connection_id", "direction", "dialect", "interval_s",
+                      bucket_of(F.col("ts"), bucket_s).alias("_bucket"), F.floor(us / slot_us).alias("_slot"))
+             .agg(F.min("ts").alias("ts"), F.max("ts").alias("_last_ts"),
+                  F.sum(F.col("frame_type").isin("heartbeat", "empty").cast("long")).alias("is_hb")))
+    w = Window.partitionBy("connection_id", "direction").orderBy("ts", "_last_ts")
+    # rows: the slots, each once
+    f = (slots.withColumn("gap_s", (us - F.unix_micros(F.lag("_last_ts").over(w))) / 1e6)
          .withColumn("missed", F.when(F.col("gap_s") > F.col("interval_s"), F.floor(F.col("gap_s") / F.col("interval_s"))).otherwise(0))
-         .withColumn("is_hb", F.col("frame_type").isin("heartbeat", "empty").cast("long"))
          .withColumn("entity_kind", F.lit("connection")).withColumn("entity", F.col("connection_id"))
          .withColumn("channel", F.lit(None).cast("int")))
     agg = with_buckets(f, caps, bucket_s).groupBy(*Frame.KEYS, "direction").agg(

@@ -296,6 +296,52 @@ def test_heartbeats_by_hand(metrics_lake):
         assert got[("missed_heartbeats", d)] == missed  # the broker once waited 2.002 s: one interval without a frame
 
 
+def test_missed_heartbeats_by_hand_with_sub_second_and_long_intervals(spark):
+    """Heartbeats are counted per slot of at most the interval (jobs/metrics_flow.py): frames built here, with a 1.0
+    peer's 300 ms idle time-out (slots of 300 ms), a 0-9-1 connection's 2 s heartbeat (slots of 1 s), gaps inside
+    a slot, across slots and across a bucket edge, a frame at the exact interval, and a connection with no
+    heartbeat; expected: every gap longer than the interval misses floor(gap / interval), by hand."""
+    import datetime as dt
+
+    from jobs.metrics_flow import _heartbeat_metrics
+
+    t0 = dt.datetime(2024, 1, 1, 0, 0, 50, tzinfo=dt.timezone.utc)
+    offsets = {  # seconds after t0 of each frame, per (connection, direction); the bucket edge is at 10 s
+        ("c10", "to_server"): [0, 0.1, 0.2, 0.35, 0.5, 1.4, 1.45, 9.95, 10.1, 10.4, 12.0],
+        ("c10", "to_client"): [0, 0.29, 0.58, 0.9, 1.2],
+        ("c091", "to_server"): [0, 0.5, 2.0, 4.0, 6.5, 6.6, 9.9, 15.5],
+        ("c091", "to_client"): [1.0, 3.0],
+        ("cnone", "to_server"): [0, 30.0],
+    }
+    interval = {("c10", "to_server"): 0.3, ("c10", "to_client"): 0.4, ("c091", "to_server"): 2.0, ("c091", "to_client"): 2.0}
+    dialect = {"c10": "1.0", "c091": "0-9-1", "cnone": "0-9-1"}
+    rows = [("cap", c, d, dialect[c], t0 + dt.timedelta(seconds=x), "heartbeat" if i % 2 else "method")
+            for (c, d), xs in offsets.items() for i, x in enumerate(xs)]
+    frames = spark.createDataFrame(rows, "capture_id string, connection_id string, direction string, dialect string, "
+                                         "ts timestamp, frame_type string")
+    connections = spark.createDataFrame(
+        [("c10", None, 300, 400), ("c091", 2, None, None), ("cnone", 0, None, None)],
+        "connection_id string, heartbeat int, server_idle_timeout_ms long, client_idle_timeout_ms long")
+    caps = spark.createDataFrame([("cap", t0.date(), t0)], "capture_id string, capture_date date, first_ts timestamp")
+    got = {(r.connection_id, r.direction, r.metric): r.value for r in
+           _heartbeat_metrics(connections, frames, caps, 60).where("bucket_seconds = 0").collect()}
+    for (c, d), xs in offsets.items():
+        sent = sum(i % 2 for i in range(len(xs)))
+        assert got[c, d, "heartbeats_sent"] == sent
+        if (c, d) not in interval:
+            assert (c, d, "missed_heartbeats") not in got and (c, d, "heartbeat_interval_s") not in got
+            continue
+        gaps = [round(b - a, 6) for a, b in zip(xs, xs[1:])]
+        missed = sum(math.floor(g / interval[c, d]) for g in gaps if g > interval[c, d])
+        assert got[c, d, "missed_heartbeats"] == missed and got[c, d, "heartbeat_interval_s"] == interval[c, d], (c, d)
+    # by hand: gaps 0.9, 8.5 and 1.6 s at 0.3 s miss 3 + 28 + 5; gaps 2.5, 3.3 and 5.6 s at 2 s miss 1 + 1 + 2 (2.0 s misses none)
+    assert got["c10", "to_server", "missed_heartbeats"] == 36 and got["c091", "to_server", "missed_heartbeats"] == 4
+    by_bucket = collections.Counter()
+    for r in _heartbeat_metrics(connections, frames, caps, 10).where("bucket_seconds = 10 and metric = 'missed_heartbeats'").collect():
+        by_bucket[r.connection_id, r.direction] += r.value
+    assert by_bucket["c10", "to_server"] == 36 and by_bucket["c091", "to_server"] == 4
+
+
 def test_no_blocked_time_without_a_block(metrics_lake):
     _, store, _ = metrics_lake
     assert not frames(store, "publish_confirms", "method_name = 'blocked'")
