@@ -227,6 +227,7 @@ SPEC: dict[str, Rule] = {
     "logs.join_tolerance_s": _int(0),
     "metrics.bucket": _duration(),
     "metrics.concurrent_tables": _int(1),
+    "metrics.count_repeats_from_rows": _int(0),
     "report.out": _str(),
     "report.top_n": _int(1),
     "report.busiest": _int(1),

@@ -92,19 +92,25 @@ def deliveries_with_queue(deliveries, frames):
 
 
 # ------------------------------------------------------------------- latency
-def _latency_sources(deliveries, e2e_rows, requests, connections, frames, bucket_s: int, *, names: bool = False):
-    """Per entity, the measured things alike in (bucket, entity columns, metric, ..., value_us), counted (``_n``)
-    before they are spread over entities (map-side: a busy channel repeats its latencies within a bucket): ts is the
-    start of the thing's bucket, which ``with_buckets`` keeps.
+def _latency_sources(deliveries, e2e_rows, requests, connections, frames, bucket_s: int, *, names: bool = False,
+                     counted: bool = True):
+    """Per entity, the measured things with their value and ``_n`` (how many things it stands for), ts the start of
+    the thing's bucket (which ``with_buckets`` keeps).
 
-    ``names``: instead, the distinct (bucket, entity columns, metric, ...) without values or counts: the groups' names.
+    ``counted``: things alike in (bucket, entity columns, metric, ..., value_us) are counted into one row before they
+    are spread over entities (a busy channel repeats its latencies within a bucket); else each is a row of its own
+    (``_n`` = 1: a shuffle fewer, which a small capture pays more for than it saves). ``names``: instead, the
+    distinct (bucket, entity columns, metric, ...) without values or counts: the groups' names.
     """
     from pyspark.sql import functions as F
 
     def spread(df, specs):
         df = df.withColumn("ts", bucket_of(F.col("ts"), bucket_s))
         # rows: <= the measured things (grouped before any shuffle), then x entities (<= 8)
-        df = df.drop("value_us").distinct() if names else df.groupBy(*df.columns).agg(F.count("*").alias("_n"))
+        if names:
+            df = df.drop("value_us").distinct()
+        else:
+            df = df.groupBy(*df.columns).agg(F.count("*").alias("_n")) if counted else df.withColumn("_n", F.lit(1).cast("long"))
         return with_entities(df, specs)
 
     d = deliveries
@@ -225,8 +231,10 @@ def group_stats(batches):
     yield flush()
 
 
-def latency(deliveries, requests, connections, frames, caps, bucket_s: int, partitions: int | None = None):
-    """Exact percentiles of every group: its values sorted by Spark, read in order by ``group_stats``.
+def latency(deliveries, requests, connections, frames, caps, bucket_s: int, partitions: int | None = None,
+            counted: bool = True):
+    """Exact percentiles of every group: its values sorted by Spark, read in order by ``group_stats`` (``counted``:
+    see ``_latency_sources``; the same rows either way).
 
     The group key is hashed twice (xxhash64 and murmur3: 96 bits) so that only narrow rows (hash, value) are
     sorted; the key columns come back with one row per group (map-side aggregated) and meet the stats on the hash.
@@ -242,13 +250,11 @@ def latency(deliveries, requests, connections, frames, caps, bucket_s: int, part
     # materialised once: the end-to-end matching is read by both the values and the names
     e2e = end_to_end(deliveries, partitions).localCheckpoint()
     # rows: <= (deliveries + requests + 2 x connections) x entities (<= 8) x 2 buckets, narrowed to (hash, value, n)
-    rows = hashed(with_buckets(_latency_sources(deliveries, e2e, requests, connections, frames, bucket_s), caps, bucket_s))
+    rows = hashed(with_buckets(_latency_sources(deliveries, e2e, requests, connections, frames, bucket_s, counted=counted),
+                               caps, bucket_s))
     n = partitions or deliveries.sparkSession.sparkContext.defaultParallelism * 2
-    # equal values of a group counted first (map-side: a big group, such as a queue's or the whole capture's, holds
-    # its values many times over, as latencies in microseconds repeat), then each group's distinct values sorted.
-    # rows: the narrow (hash, value) rows; after the count <= min(those, groups x distinct values); out: one per group
-    stats = (rows.groupBy("_g", "_h", "value_us").agg(F.sum("_n").alias("_n"))
-             .repartition(n, "_g", "_h").sortWithinPartitions("_g", "_h", "value_us")
+    # rows: the narrow (hash, value, n) rows, sorted; out: one row per group
+    stats = (rows.select("_g", "_h", "value_us", "_n").repartition(n, "_g", "_h").sortWithinPartitions("_g", "_h", "value_us")
              .mapInArrow(group_stats, from_arrow_schema(STATS_SCHEMA)))
     # the groups' key columns from the distinct atoms (<= the measured things), spread the same way; one row per group
     atoms = with_buckets(_latency_sources(deliveries, e2e, requests, connections, frames, bucket_s, names=True), caps, bucket_s)
@@ -374,10 +380,12 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     connections = read("connections")
     labels = label_maps(read("captures"), connections, control)
     bucket_s = conf["metrics.bucket"]
+    # repeats counted before spreading (latencies, heartbeats) when there are enough rows for it to pay
+    counted = store.rows("frames", pending) + store.rows("deliveries", pending) >= conf["metrics.count_repeats_from_rows"]
     tables = (
-        ("metrics_latency", latency(deliveries, read("request_responses"), connections, control, caps, bucket_s)),
+        ("metrics_latency", latency(deliveries, read("request_responses"), connections, control, caps, bucket_s, counted=counted)),
         ("metrics_settlement", settlement(deliveries, caps, bucket_s)),
-        ("metrics_flow", flow(read("flow_events"), connections, frames, caps, bucket_s)),
+        ("metrics_flow", flow(read("flow_events"), connections, frames, caps, bucket_s, counted=counted)),
         ("metrics_errors", errors(control, read("decode_errors"), caps, bucket_s,  # last: its transaction marks the capture done
                                   peer_anomalies(read("deliveries"), read("flow_events")))),
     )

@@ -103,14 +103,15 @@ def _heartbeat_interval_s():
     return F.when(value > 0, value)
 
 
-def _heartbeat_metrics(connections, frames, caps, bucket_s: int):
+def _heartbeat_metrics(connections, frames, caps, bucket_s: int, counted: bool = True):
     """Heartbeat frames sent and heartbeats missed (each gap between two frames of a direction longer than the
     interval misses floor(gap / interval)) per connection, direction and bucket.
 
-    The frames are first counted map-side per (connection, direction, bucket, slot), a slot being no wider than
-    the interval (at most 1 s): a gap inside a slot is shorter than the interval and misses nothing, so only the
-    gaps between a slot's last frame and the next slot's first can miss, and the window orders slots, not frames.
-    A connection's frames share its dialect (the decoder's), so the dialect rides along in the slot key.
+    ``counted``: the frames are first counted map-side per (connection, direction, bucket, slot), a slot being no
+    wider than the interval (at most 1 s): a gap inside a slot is shorter than the interval and misses nothing, so
+    only the gaps between a slot's last frame and the next slot's first can miss, and the window orders slots, not
+    frames. A connection's frames share its dialect (the decoder's), so the dialect rides along in the slot key.
+    Else each frame is a slot of its own (a shuffle fewer, for small captures); the same rows either way.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -120,12 +121,14 @@ def _heartbeat_metrics(connections, frames, caps, bucket_s: int):
     slot_us = F.greatest(F.lit(1), F.floor(F.least(F.coalesce("interval_s", F.lit(1.0)), F.lit(1.0)) * 1_000_000))
     # rows: connection_id is unique in connections: frames, grouped before any shuffle into slots (<= frames;
     # about the capture's duration per second and connection for a busy one, a few per short one)
+    hb = F.col("frame_type").isin("heartbeat", "empty").cast("long")
     slots = (frames.select("capture_id", "connection_id", "direction", "dialect", "ts", "frame_type")
-             .join(conn, "connection_id").withColumn("interval_s", _heartbeat_interval_s())
-             .groupBy("capture_id", "connection_id", "direction", "dialect", "interval_s",
-                      bucket_of(F.col("ts"), bucket_s).alias("_bucket"), F.floor(us / slot_us).alias("_slot"))
-             .agg(F.min("ts").alias("ts"), F.max("ts").alias("_last_ts"),
-                  F.sum(F.col("frame_type").isin("heartbeat", "empty").cast("long")).alias("is_hb")))
+             .join(conn, "connection_id").withColumn("interval_s", _heartbeat_interval_s()))
+    slots = (slots.groupBy("capture_id", "connection_id", "direction", "dialect", "interval_s",
+                           bucket_of(F.col("ts"), bucket_s).alias("_bucket"), F.floor(us / slot_us).alias("_slot"))
+             .agg(F.min("ts").alias("ts"), F.max("ts").alias("_last_ts"), F.sum(hb).alias("is_hb")) if counted else
+             slots.select("capture_id", "connection_id", "direction", "dialect", "interval_s", "ts",
+                          F.col("ts").alias("_last_ts"), hb.alias("is_hb")))
     w = Window.partitionBy("connection_id", "direction").orderBy("ts", "_last_ts")
     # rows: the slots, each once
     f = (slots.withColumn("gap_s", (us - F.unix_micros(F.lag("_last_ts").over(w))) / 1e6)
@@ -141,7 +144,7 @@ def _heartbeat_metrics(connections, frames, caps, bucket_s: int):
             .where(F.col("value").isNotNull()).withColumn("observed_us", F.lit(None).cast("long")))
 
 
-def flow(flow_events, connections, frames, caps, bucket_s: int):
+def flow(flow_events, connections, frames, caps, bucket_s: int, counted: bool = True):
     out = _state_metrics(flow_events, connections, frames, caps, bucket_s).unionByName(
-        _heartbeat_metrics(connections, frames, caps, bucket_s))
+        _heartbeat_metrics(connections, frames, caps, bucket_s, counted))
     return conform(add_row_id(out, [*Frame.KEYS, "metric", "direction"]), METRICS_FLOW)

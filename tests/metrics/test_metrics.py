@@ -380,3 +380,24 @@ def test_end_to_end_pass_matches_the_window_reference_on_every_fixture(metrics_l
     one = sorted(end_to_end(d).select("delivery_id", "p_ts").collect())
     assert one == sorted(end_to_end_windows(d).select("delivery_id", "p_ts").collect())
     assert any(r.p_ts is not None for r in one) and any(r.p_ts is None for r in one)
+
+
+def test_counted_repeats_give_the_same_rows_on_every_fixture(metrics_lake):
+    """``metrics.count_repeats_from_rows``: above it latencies alike are counted before they are spread over entities
+    and heartbeats per slot before the window (tests/metrics' lake is below it, so the tables hold the uncounted
+    rows); both ways give every fixture the same metrics_latency and metrics_flow rows."""
+    from jobs import metrics
+    from jobs.metrics_flow import flow
+
+    conf, store, _ = metrics_lake
+    caps = store.read("captures").select("capture_id", "capture_date", "first_ts")
+    control = metrics.control_frames(store.read("frames"))
+    d = metrics.deliveries_with_queue(store.read("deliveries").select(*metrics.DELIVERY_COLUMNS), control)
+    args = lambda name: {  # noqa: E731
+        "latency": (d, store.read("request_responses"), store.read("connections"), control, caps, 60),
+        "flow": (store.read("flow_events"), store.read("connections"), store.read("frames"), caps, 60)}[name]
+    for name, fn in (("latency", metrics.latency), ("flow", flow)):
+        counted = sorted(fn(*args(name), counted=True).collect())
+        assert counted == sorted(fn(*args(name), counted=False).collect()) and len(counted) > 100, name
+    missed = [r for r in store.read("metrics_flow").where("metric = 'missed_heartbeats' and value > 0").collect()]
+    assert missed  # the heartbeat fixture's broker once waited 2 s: the slots' gaps are exercised
