@@ -236,7 +236,7 @@ def latency(deliveries, requests, connections, frames, caps, bucket_s: int, part
     """Exact percentiles of every group: its values sorted by Spark, read in order by ``group_stats`` (``counted``:
     see ``_latency_sources``; the same rows either way).
 
-    The group key is hashed twice (xxhash64 and murmur3: 96 bits) so that only narrow rows (hash, value) are
+    The group key is hashed twice (xxhash64 and murmur3: 96 bits) so that only narrow rows (hash, value, count) are
     sorted; the key columns come back with one row per group (map-side aggregated) and meet the stats on the hash.
     """
     from pyspark.sql import functions as F

@@ -118,6 +118,7 @@ def _heartbeat_metrics(connections, frames, caps, bucket_s: int, counted: bool =
 
     conn = connections.select("connection_id", "heartbeat", "server_idle_timeout_ms", "client_idle_timeout_ms")
     us = F.unix_micros("ts")
+    # a slot is the start of its time range, in integers (pmod floors for times before 1970 too): exact at any ts
     slot_us = F.greatest(F.lit(1), F.floor(F.least(F.coalesce("interval_s", F.lit(1.0)), F.lit(1.0)) * 1_000_000))
     # rows: connection_id is unique in connections: frames, grouped before any shuffle into slots (<= frames;
     # about the capture's duration per second and connection for a busy one, a few per short one)
@@ -125,7 +126,7 @@ def _heartbeat_metrics(connections, frames, caps, bucket_s: int, counted: bool =
     slots = (frames.select("capture_id", "connection_id", "direction", "dialect", "ts", "frame_type")
              .join(conn, "connection_id").withColumn("interval_s", _heartbeat_interval_s()))
     slots = (slots.groupBy("capture_id", "connection_id", "direction", "dialect", "interval_s",
-                           bucket_of(F.col("ts"), bucket_s).alias("_bucket"), F.floor(us / slot_us).alias("_slot"))
+                           bucket_of(F.col("ts"), bucket_s).alias("_bucket"), (us - F.pmod(us, slot_us)).alias("_slot"))
              .agg(F.min("ts").alias("ts"), F.max("ts").alias("_last_ts"), F.sum(hb).alias("is_hb")) if counted else
              slots.select("capture_id", "connection_id", "direction", "dialect", "interval_s", "ts",
                           F.col("ts").alias("_last_ts"), hb.alias("is_hb")))
