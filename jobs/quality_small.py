@@ -165,17 +165,42 @@ def with_percentile_order(t: Table, df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(**{ex.PERCENTILES_UNORDERED: _listed(shown, df.index)})
 
 
-class SmallRun:
-    """The run's slices as pandas, each read once; key sets of the referenced tables."""
+# what the extra columns of the other tables read of a table (connections' byte accounting, captures' connection
+# rows, every table's capture window); read with the table's own
+READ_BY_OTHERS = {
+    "frames": ("connection_id", "direction", "size"),
+    "decode_errors": ("connection_id", "direction", "length", "stage"),
+    "connections": ("capture_id",),
+    "captures": ("capture_id", "first_ts", "last_ts"),
+}
+# the inputs of this module's extra columns besides the checked ones (the window's source and bucket, the anomalies,
+# the percentile order, the byte accounting)
+EXTRA_INPUTS = ("capture_id", "source", "bucket_seconds", "flags", "event", "reason", "p50_us", "p90_us", "p99_us", "max_us",
+                "dialect", "tls", *(f"{p}_{d}" for p in ("bytes", "missing_bytes", "codec_error_bytes", "tls_overhead_bytes")
+                                    for d in ex.TO_SERVER_CLIENT))
 
-    def __init__(self, store, ids: list[str]):
-        self.store, self.ids = store, ids
+
+def columns_read(t: Table, settings) -> list[str]:
+    """The columns of ``t`` a small run reads: what its suite and extra columns read and what others' extras read of
+    it (frames: 30 of its 88 columns), in the table's order."""
+    used = {*t.key, *ex.required_columns(t), *ex.non_negative_columns(t), *ex.window_columns(t), *ex.references(t),
+            *ex.suite_columns(t, settings), *EXTRA_INPUTS, *READ_BY_OTHERS.get(t.name, ())}
+    return [c for c in t.column_names if c in used]
+
+
+class SmallRun:
+    """The run's slices as pandas, each read once (``settings``: only the columns validation reads, else all);
+    key sets of the referenced tables."""
+
+    def __init__(self, store, ids: list[str], settings=None):
+        self.store, self.ids, self.settings = store, ids, settings
         self._slices: dict[str, pd.DataFrame] = {}
         self._keys: dict = {}
 
     def slice(self, name: str) -> pd.DataFrame:
         if name not in self._slices:
-            self._slices[name] = read_slice(self.store, name, self.ids)
+            columns = None if self.settings is None else columns_read(table(name), self.settings)
+            self._slices[name] = read_slice(self.store, name, self.ids, columns)
         return self._slices[name]
 
     def keys(self, target: str, *, whole_table: bool = False) -> set:

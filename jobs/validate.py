@@ -230,10 +230,12 @@ def batches(store, ids: list[str], conf: Config):
     (each table at most ``validate.pandas_max_rows`` rows: jobs/quality_small.py, no Spark job), else a cached Spark
     DataFrame (jobs/quality.py), uncached once the caller moves on to the next table."""
     from jobs import quality, quality_small
+    from schemas.expectations import Settings
 
     rows = {name: store.rows(name, ids) for name in ALL_TABLES}
     small = max(rows.values(), default=0) <= conf["validate.pandas_max_rows"]
-    source = quality_small.SmallRun(store, ids) if small else quality.RunTables(store, ids)
+    source = (quality_small.SmallRun(store, ids, Settings.from_config(conf)) if small
+              else quality.RunTables(store, ids))
     try:
         for name, t in ALL_TABLES.items():
             if rows[name] == 0:  # nothing to hold to the suite (e.g. broker_events of a run without logs)
