@@ -182,25 +182,24 @@ EXTRA_INPUTS = ("capture_id", "source", "bucket_seconds", "flags", "event", "rea
 
 def columns_read(t: Table, settings) -> list[str]:
     """The columns of ``t`` a small run reads: what its suite and extra columns read and what others' extras read of
-    it (frames: 30 of its 88 columns), in the table's order."""
+    it (frames: 48 of its 88 columns), in the table's order."""
     used = {*t.key, *ex.required_columns(t), *ex.non_negative_columns(t), *ex.window_columns(t), *ex.references(t),
             *ex.suite_columns(t, settings), *EXTRA_INPUTS, *READ_BY_OTHERS.get(t.name, ())}
     return [c for c in t.column_names if c in used]
 
 
 class SmallRun:
-    """The run's slices as pandas, each read once (``settings``: only the columns validation reads, else all);
+    """The run's slices as pandas, each read once with only the columns validation reads (``columns_read``);
     key sets of the referenced tables."""
 
-    def __init__(self, store, ids: list[str], settings=None):
+    def __init__(self, store, ids: list[str], settings):
         self.store, self.ids, self.settings = store, ids, settings
         self._slices: dict[str, pd.DataFrame] = {}
         self._keys: dict = {}
 
     def slice(self, name: str) -> pd.DataFrame:
         if name not in self._slices:
-            columns = None if self.settings is None else columns_read(table(name), self.settings)
-            self._slices[name] = read_slice(self.store, name, self.ids, columns)
+            self._slices[name] = read_slice(self.store, name, self.ids, columns_read(table(name), self.settings))
         return self._slices[name]
 
     def keys(self, target: str, *, whole_table: bool = False) -> set:

@@ -82,7 +82,7 @@ def _validate(spark, quality_lake, tmp_path, name: str, engine: str, **broken):
 
     try:
         if engine == validate.PANDAS:
-            small = SmallRun(store, [DEMO], Settings())  # the columns a run reads (jobs.quality_small.columns_read)
+            small = SmallRun(store, [DEMO], Settings())
             small._slices.update({t: tables.slices[t].toArrow().to_pandas() for t in broken})
             df = small_batch(table(name), small, conf)
         else:
