@@ -150,6 +150,10 @@ class TableStore:
         threads), then each is committed in the order given, the last one last (a job's last table marks its units
         done). If any table's rows fail, nothing is committed. Returns table -> whether a commit was made.
 
+        A table's rows are a DataFrame or a function that builds it: a builder runs in the query's own thread, so
+        that one query's construction (each DataFrame call is a round trip to the JVM, analysed there) overlaps
+        the others' construction and execution.
+
         Queries at a time: on a small run each query's cost is planning and scheduling, which overlap; on a
         large one they share the executors' cores as one query's stages would.
         """
@@ -182,6 +186,8 @@ class TableStore:
         """Spark writes ``df``'s rows of the pending units into a staging folder, placed as the table's files (not
         committed): (table, snapshot, adds, pending units, staging folder), or None when every unit is committed."""
         t = table_def(name)
+        if callable(df):
+            df = df()
         self.check_schema(t, df)
         df = df.select(*t.column_names)
         dt = self.delta(name)

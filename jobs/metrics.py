@@ -357,6 +357,10 @@ def errors(frames, decode_errors, caps, bucket_s: int, anomalies=None):
 
 
 # ----------------------------------------------------------------------- job
+def _labelled(build, labels):
+    return lambda: with_labels(build(), labels)
+
+
 def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> list[str]:
     """Build the metric tables for the given captures (default: every capture in the lake). Returns those done now."""
     from pyspark.sql import functions as F
@@ -382,16 +386,19 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     bucket_s = conf["metrics.bucket"]
     # repeats counted before spreading (latencies, heartbeats) when there are enough rows for it to pay
     counted = store.rows("frames", pending) + store.rows("deliveries", pending) >= conf["metrics.count_repeats_from_rows"]
+    # each table's query is built in its writer's thread (write_many): latency's end-to-end checkpoint and every
+    # query's analysis overlap the other queries
     tables = (
-        ("metrics_latency", latency(deliveries, read("request_responses"), connections, control, caps, bucket_s, counted=counted)),
-        ("metrics_settlement", settlement(deliveries, caps, bucket_s)),
-        ("metrics_flow", flow(read("flow_events"), connections, frames, caps, bucket_s, counted=counted)),
-        ("metrics_errors", errors(control, read("decode_errors"), caps, bucket_s,  # last: its transaction marks the capture done
-                                  peer_anomalies(read("deliveries"), read("flow_events")))),
+        ("metrics_latency", lambda: latency(deliveries, read("request_responses"), connections, control, caps, bucket_s,
+                                            counted=counted)),
+        ("metrics_settlement", lambda: settlement(deliveries, caps, bucket_s)),
+        ("metrics_flow", lambda: flow(read("flow_events"), connections, frames, caps, bucket_s, counted=counted)),
+        ("metrics_errors", lambda: errors(control, read("decode_errors"), caps, bucket_s,  # last: its transaction marks the capture done
+                                          peer_anomalies(read("deliveries"), read("flow_events")))),
     )
     try:
         # the commits go in this order whatever the queries' order: metrics_errors last
-        store.write_many([(name, with_labels(df, labels)) for name, df in tables], units=pending, run_id=run_id,
+        store.write_many([(name, _labelled(build, labels)) for name, build in tables], units=pending, run_id=run_id,
                          parallel=conf["metrics.concurrent_tables"])
     finally:
         for df in (control, deliveries, *labels.values()):
