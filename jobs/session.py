@@ -67,7 +67,7 @@ def session_settings(conf: Config) -> dict[str, str]:
 # C1 only. Without tiered compilation the JVM also shrinks its code cache from 240 MB to 48 MB, and a whole
 # demo run (thousands of generated Spark classes) filled that: "Out of space in CodeCache for adapters"
 # killed the executor. The cache keeps the tiered default.
-QUICK_JIT = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"] + os.environ.get("AMQPLENS_JX", "").split()
+QUICK_JIT = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
 
 
 def shuffle_partitions(spark, conf: Config) -> int:
