@@ -110,7 +110,7 @@ def _await_imports() -> None:
 
 def later_imports(conf) -> list[str]:
     """What the validate and report stages import, which a run imports in the background from its start."""
-    return [*(["great_expectations"] if conf["validate.enabled"] else []), "matplotlib.pyplot"]
+    return [*(["great_expectations"] if conf["validate.enabled"] else []), "matplotlib.figure", "matplotlib.backends.backend_agg"]
 
 
 def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=()):

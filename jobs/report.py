@@ -112,60 +112,82 @@ def top_tables(store, n: int) -> list[tuple[str, str, str, list[str], list[tuple
     return out
 
 
-def _figures(store, conf, conns, blocked, errs, events, alarms, out_dir: pathlib.Path) -> list[Figure]:
-    """The overview's figures: plotly divs, and each also a PNG next to the page."""
+def _figure_queries(store, conf, pool) -> dict:
+    """The figures' queries, submitted to ``pool`` (none needs the connections): name -> future of a pandas frame,
+    ``labels`` -> future of {entity: entity_label} of the series' channels and links."""
     n, points = conf["report.busiest"], conf["report.max_points"]
-    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="amqplens-figures") as pool:  # independent queries
-        stats = pool.submit(data.latency_stats, store)
-        inflight = pool.submit(data.busiest_series, store, "channel", "deliver", ["in_flight", "prefetch_count"], n, points)
-        credit = pool.submit(data.busiest_series, store, "link", "transfer", ["link_credit"], n, points)
-        outcomes = pool.submit(data.outcomes, store)
-        stats, inflight, credit, outcomes = stats.result(), inflight.result(), credit.result(), outcomes.result()
-    ids = sorted(set(inflight.connection_id) | set(credit.connection_id))
-    labels = data.entity_labels(store, ("channel", "link"), ids)
+    q = {"stats": pool.submit(data.latency_stats, store),
+         "inflight": pool.submit(data.busiest_series, store, "channel", "deliver", ["in_flight", "prefetch_count"], n, points),
+         "credit": pool.submit(data.busiest_series, store, "link", "transfer", ["link_credit"], n, points),
+         "outcomes": pool.submit(data.outcomes, store)}
+    # after the two it waits for, so that they hold workers of the pool before it does
+    q["labels"] = pool.submit(lambda: data.entity_labels(
+        store, ("channel", "link"), sorted(set(q["inflight"].result().connection_id) | set(q["credit"].result().connection_id))))
+    return q
+
+
+def _figures(conf, q: dict, conns, blocked, errs, events, alarms, out_dir: pathlib.Path) -> list[Figure]:
+    """The overview's figures from the queries ``_figure_queries`` started: plotly divs, and each also a PNG next to
+    the page.
+
+    Each figure is drawn in a thread as soon as its query is back, while the others' queries run (a small lake's
+    queries are mostly waiting on the JVM). The PNGs go through matplotlib's object API, one ``Figure`` per thread
+    and never pyplot's shared state (matplotlib keeps its font objects per thread for this).
+    """
+    n, points = conf["report.busiest"], conf["report.max_points"]
+    stats, inflight, credit, outcomes, labels = (q[k] for k in ("stats", "inflight", "credit", "outcomes", "labels"))
     chan = lambda r: f"{r.connection_id}/{r.channel}"  # noqa: E731  (metrics_flow's entity names)
     link = lambda r: f"{r.connection_id}/{r.channel}/handle {int(r.link_handle)}"  # noqa: E731
     spans = plots.blocked_spans(blocked, conns)
     href = lambda cid: f"connections/{pages.page_name(cid)}" if cid in paged(conns) else None  # noqa: E731
-    defs = [
-        (Figure("latency", "Latency distributions per dialect and method", "deliveries",
-                "settle_latency_us is not null and settle_mode not in (auto_ack, no_confirm), plus request_responses.latency_us; "
-                "quantiles by percentile_approx (summaries: metrics_latency where bucket_seconds = 0 and entity_kind = 'capture')"),
-         not stats.empty, lambda: plots.latency_box(stats), lambda ax: png.latency(ax, stats), (10, 7)),
-        (Figure("inflight", f"In flight vs prefetch, {n} busiest channels", "flow_events",
-                f"entity = 'channel', the {n} channels with the most 'deliver' events; at most {points} points each "
-                "(per-interval maxima beyond); labels from metrics_flow.entity_label"),
-         not inflight.empty, lambda: plots.step_series(inflight, labels, chan, "in_flight", "In flight vs prefetch", "messages",
-                                                       "prefetch_count"),
-         lambda ax: png.steps(ax, inflight, labels, chan, "in_flight", "messages", "prefetch_count"), (10, 4)),
-        (Figure("credit", f"Link credit over time, {n} busiest links", "flow_events",
-                f"entity = 'link', the {n} links with the most 'transfer' events; at most {points} points each"),
-         not credit.empty, lambda: plots.step_series(credit, labels, link, "link_credit", "Link credit", "link credit", log=True),
-         lambda ax: png.steps(ax, credit, labels, link, "link_credit", "link credit (symlog)", log=True), (10, 4)),
-        (Figure("settlement", "Settlement outcomes", "metrics_settlement",
-                "bucket_seconds = 0 and entity_kind = 'capture' and measure = 'outcome', summed over captures"),
-         not outcomes.empty, lambda: plots.outcome_bars(outcomes), lambda ax: png.outcomes(ax, outcomes), (10, 5)),
-        (Figure("timeline", "Connection timeline", "connections",
-                "the first 40 connections by start_ts and those with a page (Proton-trace connections, which have no clock, "
-                "left out); blocked from flow_events where entity = 'connection'; errors from frames where a close carries "
-                "reply_code != 200 or an error_condition; broker log events (channel errors, abrupt closes, alarm intervals) "
-                "from broker_events; a label links to the connection's page"),
-         not conns.empty, lambda: plots.connection_timeline(conns, blocked, errs, events, alarms, href),
-         lambda ax: png.timeline(ax, conns, errs, spans, events, alarms), (11, 7)),
-    ]
-    plt = png.pyplot()
-    figures = []
-    for fig_def, drawn, interactive, static, size in defs:
-        fig_def.drawn = drawn
-        fig_def.div = plots.div(interactive(), f"plot-{fig_def.name}") if drawn else "<p>(nothing to draw in this lake)</p>"
-        fig, ax = plt.subplots(figsize=size)
-        static(ax)
-        ax.set_title(fig_def.title)
-        fig.tight_layout()
-        fig.savefig(out_dir / f"{fig_def.name}.png", dpi=90)
-        plt.close(fig)
-        figures.append(fig_def)
-    return figures
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="amqplens-draw") as draw:
+        defs = [
+            (Figure("latency", "Latency distributions per dialect and method", "deliveries",
+                    "settle_latency_us is not null and settle_mode not in (auto_ack, no_confirm), plus request_responses.latency_us; "
+                    "quantiles by percentile_approx (summaries: metrics_latency where bucket_seconds = 0 and entity_kind = 'capture')"),
+             lambda: not stats.result().empty, lambda: plots.latency_box(stats.result()),
+             lambda ax: png.latency(ax, stats.result()), (10, 7)),
+            (Figure("inflight", f"In flight vs prefetch, {n} busiest channels", "flow_events",
+                    f"entity = 'channel', the {n} channels with the most 'deliver' events; at most {points} points each "
+                    "(per-interval maxima beyond); labels from metrics_flow.entity_label"),
+             lambda: not inflight.result().empty,
+             lambda: plots.step_series(inflight.result(), labels.result(), chan, "in_flight", "In flight vs prefetch", "messages",
+                                       "prefetch_count"),
+             lambda ax: png.steps(ax, inflight.result(), labels.result(), chan, "in_flight", "messages", "prefetch_count"), (10, 4)),
+            (Figure("credit", f"Link credit over time, {n} busiest links", "flow_events",
+                    f"entity = 'link', the {n} links with the most 'transfer' events; at most {points} points each"),
+             lambda: not credit.result().empty,
+             lambda: plots.step_series(credit.result(), labels.result(), link, "link_credit", "Link credit", "link credit", log=True),
+             lambda ax: png.steps(ax, credit.result(), labels.result(), link, "link_credit", "link credit (symlog)", log=True), (10, 4)),
+            (Figure("settlement", "Settlement outcomes", "metrics_settlement",
+                    "bucket_seconds = 0 and entity_kind = 'capture' and measure = 'outcome', summed over captures"),
+             lambda: not outcomes.result().empty, lambda: plots.outcome_bars(outcomes.result()),
+             lambda ax: png.outcomes(ax, outcomes.result()), (10, 5)),
+            (Figure("timeline", "Connection timeline", "connections",
+                    "the first 40 connections by start_ts and those with a page (Proton-trace connections, which have no clock, "
+                    "left out); blocked from flow_events where entity = 'connection'; errors from frames where a close carries "
+                    "reply_code != 200 or an error_condition; broker log events (channel errors, abrupt closes, alarm intervals) "
+                    "from broker_events; a label links to the connection's page"),
+             lambda: not conns.empty, lambda: plots.connection_timeline(conns, blocked, errs, events, alarms, href),
+             lambda ax: png.timeline(ax, conns, errs, spans, events, alarms), (11, 7)),
+        ]
+        # the timeline's data is here already: it goes first
+        drawn = [draw.submit(_draw, *d, out_dir) for d in defs[-1:] + defs[:-1]]
+        figures = {f.name: f for f in (d.result() for d in drawn)}
+    return [figures[d[0].name] for d in defs]
+
+
+def _draw(fig_def: Figure, has_data, interactive, static, size, out_dir: pathlib.Path) -> Figure:
+    """One figure: its plotly div and its PNG (``<out_dir>/<name>.png``)."""
+    fig_def.drawn = has_data()
+    fig_def.div = plots.div(interactive(), f"plot-{fig_def.name}") if fig_def.drawn else "<p>(nothing to draw in this lake)</p>"
+    fig = png.figure(size)
+    ax = fig.subplots()
+    static(ax)
+    ax.set_title(fig_def.title)
+    fig.tight_layout()
+    fig.savefig(out_dir / f"{fig_def.name}.png", dpi=90)
+    return fig_def
 
 
 def paged(conns) -> set:
@@ -263,18 +285,19 @@ def run(spark, conf: Config, out: str | None = None) -> pathlib.Path:
     out_dir = pathlib.Path(out or conf["report.out"]).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     write_plotly_js(out_dir)
-    conns = data.connections(store, conf["report.connection_pages"])
-    ids = list(conns.connection_id)
     # Independent queries at once from driver threads: each is a small aggregate whose cost on a small lake is
-    # planning and scheduling, which overlap. The figures stay in this thread (matplotlib's pyplot is not
-    # thread-safe); the connection pages draw with plotly only.
-    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="amqplens-report") as pool:
+    # planning and scheduling, which overlap; the figures' queries start first, as they need no connection list.
+    # The figures draw in threads of their own (_figures); the connection pages draw with plotly only.
+    with ThreadPoolExecutor(max_workers=6, thread_name_prefix="amqplens-report") as pool:
+        queries = _figure_queries(store, conf, pool)
         tables = pool.submit(top_tables, store, conf["report.top_n"])
+        conns = data.connections(store, conf["report.connection_pages"])
+        ids = list(conns.connection_id)
         logs = pool.submit(lambda: (broker_event_rows(store, ids), alarm_intervals(store)))
         blocked, errs = data.blocked_and_errors(store, ids, PAGE_EVENT_CAP)
         pages_written = pool.submit(write_connection_pages, store, conns, blocked, errs, out_dir)
         events, alarms = logs.result()
-        figures = _figures(store, conf, conns, blocked, errs, events, alarms, out_dir)
+        figures = _figures(conf, queries, conns, blocked, errs, events, alarms, out_dir)
         pages_written.result()
         tables = tables.result()
     page = out_dir / "index.html"

@@ -7,13 +7,11 @@ from jobs.explore import time_axis
 from jobs.report_data import OUTCOME_BAD
 
 
-def pyplot():
-    import matplotlib
+def figure(size: tuple[float, float]):
+    """A matplotlib figure outside pyplot (no global state: one per thread is safe); ``savefig`` writes PNGs with Agg."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return Figure(figsize=size)
 
 
 def empty(ax, what: str) -> bool:
