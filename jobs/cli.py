@@ -169,15 +169,13 @@ class CapturesFailed(Exception):
 
 
 def _failed_rows(spark, conf, ids) -> dict[str, tuple[str, str]]:
-    from pyspark.sql import functions as F
-
+    """capture id -> (path, error) of the captures among ``ids`` whose row says failed (delta-rs: no Spark job)."""
     from jobs.lake import TableStore
 
-    store = TableStore(spark, conf["lake.root"])
-    if not ids or store.delta("captures") is None:
+    if not ids:
         return {}
-    rows = store.read("captures").where(F.col("capture_id").isin(list(ids)) & (F.col("status") == "failed")).collect()
-    return {r.capture_id: (r.path, r.error or "failed") for r in rows}
+    rows = TableStore(spark, conf["lake.root"]).read_arrow("captures", ["capture_id", "path", "error", "status"], ids)
+    return {r["capture_id"]: (r["path"], r["error"] or "failed") for r in rows.to_pylist() if r["status"] == "failed"}
 
 
 def _without_failed(spark, conf, ids) -> list[str]:

@@ -106,6 +106,19 @@ class TableStore:
         df = self.spark.read.schema(schema).option("basePath", self.uri(name)).parquet(*files)
         return df.select(*t.column_names)
 
+    def read_arrow(self, name: str, columns: Sequence[str], units=None) -> pa.Table:
+        """The current snapshot's ``columns`` of the rows whose ``replace_by`` value is one of ``units`` (None: every
+        row), read by delta-rs on the driver: no Spark job, for a stage that only looks a few rows up (the captures
+        table holds one row per capture). Empty, with no columns, if the table does not exist."""
+        import pyarrow.compute as pc
+
+        dt = self.delta(name)
+        if dt is None:
+            return pa.table({})
+        (rkey,) = table_def(name).replace_by
+        return dt.to_pyarrow_dataset().to_table(columns=list(columns),
+                                                filter=None if units is None else pc.field(rkey).isin(list(units)))
+
     def rows(self, name: str, units) -> int:
         """Rows the table holds for these ``replace_by`` values, from the Delta log's file statistics (no Spark job).
 

@@ -367,14 +367,13 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
 
     run_id = run_id or uuid.uuid4().hex[:12]
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
-    caps = store.read("captures").select("capture_id", "capture_date", "first_ts", "decoder_version")
-    if capture_ids is not None:
-        caps = caps.where(F.col("capture_id").isin(list(capture_ids)))
-    units = {c.capture_id: app_id(c.capture_id, c.decoder_version, conf) for c in caps.collect()}
+    found = store.read_arrow("captures", ["capture_id", "decoder_version"], capture_ids).to_pylist()  # no Spark job
+    units = {c["capture_id"]: app_id(c["capture_id"], c["decoder_version"], conf) for c in found}
     pending = {cid: a for cid, a in units.items() if not store.committed("metrics_errors", a)}
     if not pending:
         return []
-    caps = F.broadcast(caps.where(F.col("capture_id").isin(list(pending))).drop("decoder_version").cache())
+    caps = F.broadcast(store.read("captures").select("capture_id", "capture_date", "first_ts")
+                       .where(F.col("capture_id").isin(list(pending))).cache())
     read = lambda name: store.read(name).where(F.col("capture_id").isin(list(pending)))  # noqa: E731
     frames = read("frames")
     # rows: the frames that open, consume, close or failed to decode (a few per connection, channel and link,

@@ -29,14 +29,10 @@ def read_slice(store, name: str, ids: list[str], columns: list[str] | None = Non
 
     Timestamps stay in microseconds (Arrow's unit): any year a table holds fits.
     """
-    t = table(name)
-    columns = columns or t.column_names
-    dt = store.delta(name)
-    if dt is None:
+    columns = columns or table(name).column_names
+    if store.delta(name) is None:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
-    (rkey,) = t.replace_by
-    data = dt.to_pyarrow_dataset().to_table(columns=columns, filter=None if ids is None else pc.field(rkey).isin(ids))
-    return data.to_pandas()
+    return store.read_arrow(name, columns, ids).to_pandas()
 
 
 def _text(values: pd.Series, column_type: str) -> pd.Series:

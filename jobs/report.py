@@ -130,9 +130,10 @@ def _figures(conf, q: dict, conns, blocked, errs, events, alarms, out_dir: pathl
     """The overview's figures from the queries ``_figure_queries`` started: plotly divs, and each also a PNG next to
     the page.
 
-    Each figure is drawn in a thread as soon as its query is back, while the others' queries run (a small lake's
-    queries are mostly waiting on the JVM). The PNGs go through matplotlib's object API, one ``Figure`` per thread
-    and never pyplot's shared state (matplotlib keeps its font objects per thread for this).
+    The figures are drawn on one thread of their own, each as soon as its query is back, while the others' queries
+    run (a small lake's queries are mostly waiting on the JVM). The PNGs go through matplotlib's object API, not
+    pyplot's global state; one thread, not one per figure, because matplotlib's mathtext parser (log-axis labels
+    such as 10^0) is shared: two figures drawn at once broke its parse (seen in tests/e2e/test_wild_run.py).
     """
     n, points = conf["report.busiest"], conf["report.max_points"]
     stats, inflight, credit, outcomes, labels = (q[k] for k in ("stats", "inflight", "credit", "outcomes", "labels"))
@@ -140,7 +141,7 @@ def _figures(conf, q: dict, conns, blocked, errs, events, alarms, out_dir: pathl
     link = lambda r: f"{r.connection_id}/{r.channel}/handle {int(r.link_handle)}"  # noqa: E731
     spans = plots.blocked_spans(blocked, conns)
     href = lambda cid: f"connections/{pages.page_name(cid)}" if cid in paged(conns) else None  # noqa: E731
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="amqplens-draw") as draw:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="amqplens-draw") as draw:
         defs = [
             (Figure("latency", "Latency distributions per dialect and method", "deliveries",
                     "settle_latency_us is not null and settle_mode not in (auto_ack, no_confirm), plus request_responses.latency_us; "
@@ -171,7 +172,7 @@ def _figures(conf, q: dict, conns, blocked, errs, events, alarms, out_dir: pathl
              lambda: not conns.empty, lambda: plots.connection_timeline(conns, blocked, errs, events, alarms, href),
              lambda ax: png.timeline(ax, conns, errs, spans, events, alarms), (11, 7)),
         ]
-        # the timeline's data is here already: it goes first
+        # the timeline's data is here already: it goes first, the others in the order their queries were started
         drawn = [draw.submit(_draw, *d, out_dir) for d in defs[-1:] + defs[:-1]]
         figures = {f.name: f for f in (d.result() for d in drawn)}
     return [figures[d[0].name] for d in defs]
