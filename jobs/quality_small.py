@@ -32,7 +32,7 @@ def read_slice(store, name: str, ids: list[str], columns: list[str] | None = Non
     columns = columns or table(name).column_names
     if store.delta(name) is None:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
-    return store.read_arrow(name, columns, ids).to_pandas()
+    return store.read_arrow(name, columns, ids, threads=True).to_pandas()  # the work of a run goes on after it
 
 
 def _text(values: pd.Series, column_type: str) -> pd.Series:

@@ -159,3 +159,18 @@ def test_write_many_commits_in_the_order_given_whatever_finishes_first(spark, la
     again = store.write_many([("decode_errors", frame(spark, rows("A", 300))), ("request_responses", empty)],
                              units={"A": "w:A:v1"}, parallel=2)
     assert again == {"decode_errors": False, "request_responses": False}
+
+
+def test_read_arrow_gives_the_units_rows_and_columns_spark_reads(spark, lake):
+    """The driver's lookups (delta-rs, no Spark job) against Spark's read of the same snapshot."""
+    store = TableStore(spark, str(lake))
+    assert store.read_arrow("decode_errors", ["error_id"]).num_rows == 0  # no table yet: empty, no error
+    store.write("decode_errors", frame(spark, rows("A", 3) + rows("B", 2)), units={"A": "i:A:v1", "B": "i:B:v1"})
+    store.write("decode_errors", frame(spark, rows("A", 1, reason="again")), units={"A": "i:A:v2"})  # replaces A
+    for units in (None, ["A"], ["B", "C"], []):
+        got = store.read_arrow("decode_errors", ["error_id", "reason"], units)
+        assert got.column_names == ["error_id", "reason"]
+        df = store.read("decode_errors")
+        if units is not None:
+            df = df.where(df.capture_id.isin(units))
+        assert sorted(zip(*got.to_pydict().values())) == sorted((r.error_id, r.reason) for r in df.collect())
