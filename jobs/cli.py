@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 _imports = None  # the thread of _import_in_background, joined by _await_imports
+_program = False  # set by console(): this process is the amqplens command and ends with the run
 
 
 def _import_in_background(*modules: str) -> None:
@@ -93,8 +94,10 @@ def _import_in_background(*modules: str) -> None:
             except Exception:  # noqa: BLE001 - the stage that imports it reports it
                 pass
         # The imported modules' objects live as long as the run: out of the collector's reach, its full collections
-        # stop walking them (0.66 s of collections in a small capture's run, most of them over these objects).
-        gc.freeze()
+        # stop walking them (0.66 s of collections in a small capture's run, most of them over these objects). Only
+        # in the amqplens command: a process that calls main() (the tests) keeps its objects collectable.
+        if _program:
+            gc.freeze()
 
     _imports = threading.Thread(target=load, name="amqplens-imports", daemon=True)
     _imports.start()
@@ -382,6 +385,9 @@ def console() -> None:
     0.45 s from the last line to the shell's prompt on a small capture's run)."""
     import gc
 
+    global _program
+
+    _program = True
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -288,7 +288,7 @@ def run(spark, conf: Config, out: str | None = None) -> pathlib.Path:
     write_plotly_js(out_dir)
     # Independent queries at once from driver threads: each is a small aggregate whose cost on a small lake is
     # planning and scheduling, which overlap; the figures' queries start first, as they need no connection list.
-    # The figures draw in threads of their own (_figures); the connection pages draw with plotly only.
+    # The figures draw on a thread of their own (_figures); the connection pages draw with plotly only.
     with ThreadPoolExecutor(max_workers=6, thread_name_prefix="amqplens-report") as pool:
         queries = _figure_queries(store, conf, pool)
         tables = pool.submit(top_tables, store, conf["report.top_n"])

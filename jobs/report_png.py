@@ -8,7 +8,8 @@ from jobs.report_data import OUTCOME_BAD
 
 
 def figure(size: tuple[float, float]):
-    """A matplotlib figure outside pyplot (no global state: one per thread is safe); ``savefig`` writes PNGs with Agg."""
+    """A matplotlib figure outside pyplot's global state; ``savefig`` writes PNGs with Agg. Draw one figure at a time:
+    matplotlib's mathtext parser (log-axis labels) is shared by every figure of the process."""
     from matplotlib.figure import Figure
 
     return Figure(figsize=size)
