@@ -1,6 +1,7 @@
 """amqplens decoder core: bytes in, plain records out.
 
-Pure Python (stdlib, dpkt, numpy, pyarrow). Nothing in this package imports
+Python with numpy, pyarrow and (optionally) numba; no packet library: the capture
+readers are its own (amqp_decode/capture). Nothing in this package imports
 pyspark, delta or great_expectations; ``tests/test_purity.py`` enforces it.
 """
 
