@@ -43,6 +43,7 @@ demo: java $(STAMP)
 # two workers, each test folder that shares a lake on one of them (tests/conftest.py groups them);
 # PYTEST_ARGS adds options, e.g. PYTEST_ARGS=--durations=30
 test: java $(STAMP) $(AIRFLOW_STAMP)
+	$(PY) -m ruff check --quiet amqp_decode jobs schemas tools tests notebooks
 	$(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: $(STAMP)

@@ -18,7 +18,6 @@ Both paths must give the same frames, row for row; the exit status says whether 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 

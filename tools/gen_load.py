@@ -36,7 +36,6 @@ import argparse
 import heapq
 import sys
 import time
-from pathlib import Path
 
 from tools.gen_capture import MB, _Channel, _Conn, _Generator, generate
 

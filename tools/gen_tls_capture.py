@@ -17,7 +17,6 @@ cut into segments the same way, on port 5672, the baseline the TLS twin is compa
 from __future__ import annotations
 
 import argparse
-import socket
 import struct
 import sys
 import tempfile

@@ -180,7 +180,7 @@ class HalfStream:
         """The connection is over: close every hole, deliver what is buffered, end the stream."""
         if self.nseq is None:
             return
-        offs, segs = self.ooo_offs, self.ooo_segs
+        offs = self.ooo_offs
         while offs:
             if offs[0] > self.next:
                 self.gap(offs[0] - self.next, ts_us, self._hole_reason())

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 
 from amqp_decode.detect import HEADER_SIZE
-from amqp_decode.streaming import NO, RESYNC, START, SYNCED, WAIT, YES, DirectionFramerBase, ErrorRegion
+from amqp_decode.streaming import NO, RESYNC, START, SYNCED, YES, DirectionFramerBase, ErrorRegion
 from amqp_decode.v0_9_1 import hotpath
 from amqp_decode.v0_9_1.primitives import FRAME_HEADER
 

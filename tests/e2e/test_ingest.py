@@ -6,7 +6,6 @@ connections found, their endpoints, start, packets and bytes per direction.
 
 from __future__ import annotations
 
-import glob
 import pathlib
 from decimal import Decimal
 

@@ -23,7 +23,7 @@ import pytest
 from deltalake import DeltaTable
 
 from schemas import ALL_TABLES
-from tests.conftest import DATA, ROOT
+from tests.conftest import DATA
 from tests.v0_9_1 import conversation as conv091
 from tests.v0_9_1.encoder import Encoder
 from tests.v1_0 import conversation as conv10

@@ -7,7 +7,6 @@ these tests run tests/ops/airflow_check.py there and read the JSON it prints.
 from __future__ import annotations
 
 import ast
-import datetime
 import json
 import os
 import shutil

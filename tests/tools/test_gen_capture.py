@@ -19,7 +19,7 @@ import subprocess
 import pytest
 
 pika = pytest.importorskip("pika")
-import pika.frame  # noqa: E402
+import pika.frame  # noqa: E402, F811  (rebinds pika: the module importorskip returned)
 import pika.spec as spec  # noqa: E402
 
 from tools import gen_capture  # noqa: E402
