@@ -30,9 +30,10 @@ def read_slice(store, name: str, ids: list[str], columns: list[str] | None = Non
     Timestamps stay in microseconds (Arrow's unit): any year a table holds fits.
     """
     columns = columns or table(name).column_names
-    if store.delta(name) is None:
+    data = store.read_arrow(name, columns, ids, threads=True)  # threads: the work of a run goes on after it
+    if data.num_columns == 0:  # no such table yet
         return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
-    return store.read_arrow(name, columns, ids, threads=True).to_pandas()  # the work of a run goes on after it
+    return data.to_pandas()
 
 
 def _text(values: pd.Series, column_type: str) -> pd.Series:
