@@ -24,8 +24,8 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,notebooks]'
-	$(PY) -m amqp_decode.v0_9_1.warm
-	$(PY) -m jobs.jvm_archive
+	$(PY) -m amqplens.decode.v0_9_1.warm
+	$(PY) -m amqplens.jvm_archive
 	@touch $(STAMP)
 
 $(AIRFLOW_STAMP): pyproject.toml
@@ -43,7 +43,7 @@ demo: java $(STAMP)
 # two workers, each test folder that shares a lake on one of them (tests/conftest.py groups them);
 # PYTEST_ARGS adds options, e.g. PYTEST_ARGS=--durations=30
 test: java $(STAMP) $(AIRFLOW_STAMP)
-	$(PY) -m ruff check --quiet amqp_decode jobs schemas tools tests notebooks
+	$(PY) -m ruff check --quiet amqplens jobs tools tests notebooks
 	$(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
@@ -62,7 +62,7 @@ docs: $(STAMP)
 dist: $(STAMP)
 	$(PY) -m pip wheel -q --no-deps -w $(DIST) .
 	$(PY) -c "import pathlib, zipfile; z = zipfile.ZipFile('$(DIST)/amqplens-py-files.zip', 'w', zipfile.ZIP_DEFLATED); \
-	  [z.write(p) for d in ('amqp_decode', 'jobs', 'schemas', 'conf') for p in sorted(pathlib.Path(d).rglob('*')) \
+	  [z.write(p) for d in ('amqplens', 'conf') for p in sorted(pathlib.Path(d).rglob('*')) \
 	   if p.is_file() and '__pycache__' not in p.parts and p.name != 'local.yaml']; z.close()"
 
 clean:

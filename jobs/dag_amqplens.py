@@ -93,7 +93,7 @@ with DAG(
             application=job_application(job),
             py_files=os.environ.get("AMQPLENS_PY_FILES", str(_HERE.parent / "dist" / "amqplens-py-files.zip")),
             application_args=job_arguments(job),
-            # a static setting, so given at submit time (jobs/session.py says why it is off)
+            # a static setting, so given at submit time (amqplens/session.py says why it is off)
             conf={"spark.python.sql.dataFrameDebugging.enabled": "false"},
         )
         for job in JOB_CHAIN

@@ -15,7 +15,7 @@ DATA = ROOT / "tests" / "data"
 # Every JVM the tests start (the shared session, the CLI and spark-submit runs, the standalone cluster,
 # Airflow's tasks) lives for seconds on small captures: the C1 compiler alone starts them about 30%
 # sooner on two cores (38 s -> 27 s for one `amqplens run`). Results do not depend on the JIT. The code
-# cache keeps its tiered size (see jobs/session.py QUICK_JIT).
+# cache keeps its tiered size (see amqplens/session.py QUICK_JIT).
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
 
 # An xdist worker's __main__ (execnet) has neither __spec__ nor __file__, which pyspark.sql.connect (imported
@@ -27,14 +27,14 @@ if _main is not None and getattr(_main, "__spec__", None) is None and not hasatt
 
 @pytest.fixture(scope="session")
 def conf():
-    from jobs.config import load_config
+    from amqplens.config import load_config
 
     return load_config(sets=["spark.master=local[2]", "spark.shuffle_partitions=2", "spark.ui_enabled=false", "spark.progress_bar=off"])
 
 
 @pytest.fixture(scope="session")
 def spark(conf):
-    from jobs.session import get_spark
+    from amqplens.session import get_spark
 
     session = get_spark(conf)
     yield session

@@ -289,7 +289,7 @@ def run_pipeline(exe: str, path: Path, lakes: Path, logs: Path, tag: str, master
     """One timed pipeline run in a subprocess: ``amqplens run`` (stages = "run") or tools.bench_pipeline."""
     lake = Path(tempfile.mkdtemp(prefix=f"lake-{tag}-", dir=lakes))
     if stages == WHOLE_RUN:
-        cmd = [exe, "-m", "jobs.cli", "run", "--input", str(path), "--lake", str(lake),
+        cmd = [exe, "-m", "amqplens.cli", "run", "--input", str(path), "--lake", str(lake),
                "--set", f"report.out={lake / 'report'}"]
     else:
         cmd = [exe, "-m", "tools.bench_pipeline", "--stages", stages, "--input", str(path), "--lake", str(lake)]
@@ -546,7 +546,7 @@ def profile_python(path: Path, truth: dict | None, limit_bytes: int | None = Non
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from amqp_decode.capture import PACKET_SCHEMA, read_split
+    from amqplens.decode.capture import PACKET_SCHEMA, read_split
 
     clock = time.process_time
     size = path.stat().st_size
@@ -589,7 +589,7 @@ def profile_python(path: Path, truth: dict | None, limit_bytes: int | None = Non
     sorted_batches = table.to_batches(max_chunksize=8192)
 
     # 4. TCP reassembly alone (no decoding consumer), fed as the stage-2 function feeds it
-    from amqp_decode.tcp import TcpReassembler
+    from amqplens.decode.tcp import TcpReassembler
 
     r = TcpReassembler(cid, amqp_ports=(5672,))
     t_lists = t_tcp = 0.0
@@ -620,15 +620,15 @@ def profile_python(path: Path, truth: dict | None, limit_bytes: int | None = Non
     gc.collect()
 
     # 5. the whole stage-2 batch function the Spark job calls (reassembly + codecs + output batches),
-    #    with the job's own options (frame/facts structs from schemas/)
+    #    with the job's own options (frame/facts structs from amqplens/contracts/)
     try:
-        from amqp_decode import pipeline as pl
+        from amqplens.decode import pipeline as pl
     except ImportError:
         pl = None
     if pl is not None and hasattr(pl, "decode_flows") and hasattr(pl, "PACKETS_OUT_SCHEMA"):
         try:
-            from jobs.config import load_config
-            from jobs.ingest_captures import options_from
+            from amqplens.config import load_config
+            from amqplens.jobs.ingest_captures import options_from
 
             options = options_from(load_config())
         except Exception as exc:  # noqa: BLE001 - fall back to the defaults
@@ -696,8 +696,8 @@ def _profile_after_decode(frame_batches: list, info: dict, clock) -> dict[str, f
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from amqp_decode.lifecycle.batches import lifecycle_batches
-    from jobs.lifecycle import OUTPUTS, row_struct
+    from amqplens.lifecycle.batches import lifecycle_batches
+    from amqplens.jobs.lifecycle import OUTPUTS, row_struct
 
     stages: dict[str, float] = {}
     if not frame_batches:

@@ -24,10 +24,10 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from amqp_decode import pipeline
-from amqp_decode.codecs import DecodeOptions
-from amqp_decode.tcp import TcpReassembler
-from amqp_decode.v0_9_1 import Amqp091StreamDecoder, hotpath
+from amqplens.decode import pipeline
+from amqplens.decode.codecs import DecodeOptions
+from amqplens.decode.tcp import TcpReassembler
+from amqplens.decode.v0_9_1 import Amqp091StreamDecoder, hotpath
 
 
 def packets(path: str) -> pa.Table:
@@ -71,7 +71,7 @@ def streams(table: pa.Table) -> list[_Record]:
 
 
 def codec(recorded: list[_Record], compiled: bool) -> tuple[float, pa.Array]:
-    from jobs.ingest_captures import frame_struct
+    from amqplens.contracts.arrow import frame_struct
 
     typ = frame_struct()
     t0 = time.process_time()
@@ -89,7 +89,7 @@ def codec(recorded: list[_Record], compiled: bool) -> tuple[float, pa.Array]:
 
 
 def decode(table: pa.Table, compiled: str) -> tuple[float, pa.Table]:
-    from jobs.ingest_captures import facts_struct, frame_struct
+    from amqplens.contracts.arrow import facts_struct, frame_struct
 
     options = pipeline.Options(decode_options=DecodeOptions(compiled=compiled), frame_struct=frame_struct(), facts_struct=facts_struct())
     t0 = time.process_time()

@@ -14,7 +14,7 @@ import argparse
 import sys
 import time
 
-from jobs.config import add_config_arguments, config_from_args
+from amqplens.config import add_config_arguments, config_from_args
 
 STAGES = ("ingest", "lifecycle")
 
@@ -31,8 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--stages: unknown stage in {args.stages!r}")
     conf = config_from_args(args)
 
-    from jobs import ingest_captures, lifecycle
-    from jobs.session import get_spark
+    from amqplens.jobs import ingest_captures
+    from amqplens.jobs import lifecycle
+    from amqplens.session import get_spark
 
     t0 = time.monotonic()
     spark = get_spark(conf)

@@ -31,7 +31,7 @@ def run_once(capture: Path, work: Path, master: str, sets: list[str]) -> dict:
     """One ``amqplens run`` on a fresh lake: wall seconds, exit code and the seconds of each stage line."""
     lake, report = work / "lake", work / "report"
     shutil.rmtree(work, ignore_errors=True)
-    cmd = [sys.executable, "-m", "jobs.cli", "run", "--input", str(capture), "--lake", str(lake),
+    cmd = [sys.executable, "-m", "amqplens.cli", "run", "--input", str(capture), "--lake", str(lake),
            "--set", f"spark.master={master}", "--set", f"report.out={report}"]
     for s in sets:
         cmd += ["--set", s]

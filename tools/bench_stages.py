@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 WHOLE_RUN = "run"  # --stages value: the whole `amqplens run`
-# What `amqplens run` prints, in order (jobs/cli.py _run_stages); "session" is tools.bench_pipeline's.
+# What `amqplens run` prints, in order (amqplens/cli.py _run_stages); "session" is tools.bench_pipeline's.
 RUN_STAGES = ("ingest-captures", "lifecycle", "metrics", "validate", "report")
 AFTER_LIFECYCLE = ("metrics", "validate", "report")
 _DONE = re.compile(r"^(session|ingest-captures|ingest-logs|lifecycle|metrics|validate|report): .*\(([\d.]+)s\)")

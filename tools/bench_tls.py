@@ -31,10 +31,10 @@ def decode_cpu(path: Path, keylog: Path | None) -> dict:
     """CPU seconds of stage 1 + sort + stage 2 on ``path``, with rows by kind and TLS statuses."""
     import pyarrow as pa
 
-    from amqp_decode import pipeline
-    from amqp_decode.tls import KeyLog
-    from jobs.config import load_config
-    from jobs.ingest_captures import options_from
+    from amqplens.decode import pipeline
+    from amqplens.decode.tls import KeyLog
+    from amqplens.config import load_config
+    from amqplens.jobs.ingest_captures import options_from
 
     base = options_from(load_config())
     keys = KeyLog.read([keylog]) if keylog else None

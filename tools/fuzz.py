@@ -83,13 +83,13 @@ def fuzz_one(target: str, out: pathlib.Path, libfuzzer_args: list[str]) -> None:
     """Run atheris on one target in this process (never returns: libFuzzer exits)."""
     import atheris
 
-    with atheris.instrument_imports(include=["amqp_decode"]):
-        import amqp_decode.capture  # noqa: F401  (the codecs import some modules lazily: instrument them all now)
-        import amqp_decode.drafts  # noqa: F401
-        import amqp_decode.tcp  # noqa: F401
-        import amqp_decode.v0_9_1  # noqa: F401
-        import amqp_decode.v0_10  # noqa: F401
-        import amqp_decode.v1_0  # noqa: F401
+    with atheris.instrument_imports(include=["amqplens.decode"]):
+        import amqplens.decode.capture  # noqa: F401  (the codecs import some modules lazily: instrument them all now)
+        import amqplens.decode.drafts  # noqa: F401
+        import amqplens.decode.tcp  # noqa: F401
+        import amqplens.decode.v0_9_1  # noqa: F401
+        import amqplens.decode.v0_10  # noqa: F401
+        import amqplens.decode.v1_0  # noqa: F401
         from tools import fuzz_targets
     corpus = out / "corpus" / target
     if not corpus.is_dir():
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     flags = [f"-atheris_runs={args.runs + 1}", f"-max_len={args.max_len}", "-timeout=30", "-rss_limit_mb=3072", "-print_final_stats=1"]
     if args.max_time:
         flags.append(f"-max_total_time={args.max_time}")
-    if args.one:  # before anything imports amqp_decode, or atheris cannot instrument it
+    if args.one:  # before anything imports amqplens.decode, or atheris cannot instrument it
         # libFuzzer's own artifacts (an input that ran out of time or memory) go next to the findings, not into cwd
         (out / "artifacts" / args.one).mkdir(parents=True, exist_ok=True)
         return fuzz_one(args.one, out, [*flags, f"-artifact_prefix={out / 'artifacts' / args.one}/"])

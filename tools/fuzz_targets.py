@@ -39,17 +39,17 @@ import tracemalloc
 
 import pyarrow as pa
 
-from amqp_decode import pipeline
-from amqp_decode.capture import plan_splits
-from amqp_decode.codecs import CODECS, DecodeOptions, DecodingConsumer
-from amqp_decode.tcp.records import TO_CLIENT, TO_SERVER
+from amqplens.decode import pipeline
+from amqplens.decode.capture import plan_splits
+from amqplens.decode.codecs import CODECS, DecodeOptions, DecodingConsumer
+from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
 from tests.accounting import check_accounting
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 REGRESSIONS = DATA / "fuzz"
 
-# dialect family -> the registry names (amqp_decode.codecs.CODECS) its inputs are decoded as
+# dialect family -> the registry names (amqplens.decode.codecs.CODECS) its inputs are decoded as
 FAMILIES = {
     "0-9-1": ("0-9-1", "0-8", "0-9-1", "0-8"),
     "1.0": ("1.0", "1.0-sasl", "1.0", "1.0"),
@@ -179,7 +179,7 @@ def _check_streams(consumer, inp: StreamInput, gaps: dict, check_rows: bool = Tr
 
 @functools.cache
 def _structs():
-    from jobs.ingest_captures import facts_struct, frame_struct
+    from amqplens.contracts.arrow import facts_struct, frame_struct
 
     return frame_struct(), facts_struct()
 
@@ -306,8 +306,8 @@ class _Recorder:
 
 
 def _streams_of(path: pathlib.Path) -> list[dict]:
-    from amqp_decode.capture import read_capture
-    from amqp_decode.tcp import TcpReassembler
+    from amqplens.decode.capture import read_capture
+    from amqplens.decode.tcp import TcpReassembler
 
     recorders: list[_Recorder] = []
 
@@ -327,8 +327,8 @@ def _streams_of(path: pathlib.Path) -> list[dict]:
 
 
 def _family_of(streams: dict) -> str | None:
-    from amqp_decode.codecs import sniff_framing
-    from amqp_decode.detect import detect_protocol_header
+    from amqplens.decode.codecs import sniff_framing
+    from amqplens.decode.detect import detect_protocol_header
 
     name = detect_protocol_header(streams[TO_SERVER][:8]) or sniff_framing(streams[TO_SERVER] or streams[TO_CLIENT])
     for family, names in FAMILIES.items():

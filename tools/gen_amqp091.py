@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the AMQP 0-8 / 0-9 / 0-9-1 spec tables from the working group's XML.
 
-Writes ``amqp_decode/v0_9_1/spec_0_8.py``, ``spec_0_9.py`` and ``spec_0_9_1.py``
+Writes ``amqplens/decode/v0_9_1/spec_0_8.py``, ``spec_0_9.py`` and ``spec_0_9_1.py``
 (the last from RabbitMQ's extended 0-9-1 XML, a superset of the plain one).
 The output is plain data (dicts and tuples), sorted and formatted the same way
 on every run, so CI can regenerate it and fail on a diff
@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ET
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_SPECS = ROOT / "specs"  # a copy of ../shared/specs (the AMQP working group XML, see specs/COPYRIGHT)
-DEFAULT_OUT = ROOT / "amqp_decode" / "v0_9_1"
+DEFAULT_OUT = ROOT / "amqplens" / "decode" / "v0_9_1"
 
 # (output module, dialect, spec XML relative to the specs dir, plain XML to diff against)
 TARGETS = (
@@ -159,7 +159,7 @@ def render(dialect: str, source: str, spec: Spec, plain: Spec | None) -> str:
         "",
         f"AMQP {dialect}: frame types, reply codes, domains, classes, methods and",
         "content properties, as plain data for the table-driven decoder in",
-        "amqp_decode.v0_9_1. Field names are snake_case; wire types are one of",
+        "amqplens.decode.v0_9_1. Field names are snake_case; wire types are one of",
         "bit octet short long longlong shortstr longstr timestamp table content.",
         '"""',
         "",

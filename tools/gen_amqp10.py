@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the AMQP 1.0 spec tables from the OASIS XML (specs/1-0).
 
-Writes ``amqp_decode/v1_0/spec.py``: the type system's constructor codes
+Writes ``amqplens/decode/v1_0/spec.py``: the type system's constructor codes
 (types.bare.xml), every described type with its descriptor, fields and what it
 provides (performatives, SASL frames, message sections, delivery states,
 source/target, error, transaction types), the restricted types with their
@@ -21,7 +21,7 @@ import xml.etree.ElementTree as ET
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_SPECS = ROOT / "specs" / "1-0"  # a copy of ../shared/specs/1-0
-DEFAULT_OUT = ROOT / "amqp_decode" / "v1_0"
+DEFAULT_OUT = ROOT / "amqplens" / "decode" / "v1_0"
 PARTS = ("types", "transport", "messaging", "security", "transactions")
 NS = "{http://www.amqp.org/schema/amqp.xsd}"
 INTEGER_TYPES = frozenset({"ubyte", "ushort", "uint", "ulong", "byte", "short", "int", "long"})
@@ -113,7 +113,7 @@ def render(spec: Spec) -> str:
         "AMQP 1.0: the type system's constructor codes, the described types of the",
         "transport, messaging, security and transactions parts (descriptor, fields,",
         "what they provide), the restricted types and their choices, as plain data for",
-        "amqp_decode.v1_0. Field names are snake_case; type names as in the XML.",
+        "amqplens.decode.v1_0. Field names are snake_case; type names as in the XML.",
         '"""',
         "",
         f"SPEC_VERSION = {(spec.definitions['MAJOR'], spec.definitions['MINOR'], spec.definitions['REVISION'])!r}",

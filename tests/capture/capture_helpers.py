@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from amqp_decode.capture import PACKET_COLUMNS, plan_splits, read_capture, read_split
+from amqplens.decode.capture import PACKET_COLUMNS, plan_splits, read_capture, read_split
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PUBLIC = sorted((DATA / "public").glob("*.pcap*"))

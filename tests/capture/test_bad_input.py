@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_splits import assert_splits_equal_single_pass
 
-from amqp_decode.capture import plan_splits, read_split, sniff_format
+from amqplens.decode.capture import plan_splits, read_split, sniff_format
 
 FRAMES = read_pcap_frames(DATA / "capture" / "lo_us.pcap")[:40]
 PCAP = pcap_bytes(FRAMES)

@@ -8,7 +8,7 @@ import pytest
 from capture_builders import ethernet, ipv4_fragments, ipv6_fragments, pcap_bytes, read_pcap_frames
 from capture_helpers import DATA, assert_matches_tshark, needs_tshark, read_all, read_in_splits, write
 
-from amqp_decode.capture.ip import Fragment, FragmentBuffer
+from amqplens.decode.capture.ip import Fragment, FragmentBuffer
 
 FRAMES = read_pcap_frames(DATA / "capture" / "lo_us.pcap")
 REFERENCE, _ = read_all(DATA / "capture" / "lo_us.pcap")

@@ -8,7 +8,7 @@ import sys
 import pytest
 from capture_helpers import ALL_CAPTURES, DATA, assert_matches_tshark, needs_tshark, read_all
 
-from amqp_decode.capture import flow_key, sniff_format
+from amqplens.decode.capture import flow_key, sniff_format
 
 ROOT = DATA.parents[1]
 
@@ -40,7 +40,7 @@ def test_sniff_format(path):
 
 def test_capture_package_stays_pure():
     code = (
-        "import sys, amqp_decode.capture; "
+        "import sys, amqplens.decode.capture; "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'delta', 'deltalake', 'pandas')); "
         "print(','.join(bad))"
     )

@@ -6,8 +6,8 @@ import pytest
 from capture_builders import linux_sll, pcap_bytes, read_pcap_frames
 from capture_helpers import DATA, assert_matches_tshark, needs_tshark, read_all, write
 
-from amqp_decode.capture import sniff_format
-from amqp_decode.capture.pcap import PcapFile
+from amqplens.decode.capture import sniff_format
+from amqplens.decode.capture.pcap import PcapFile
 
 FRAMES = read_pcap_frames(DATA / "capture" / "lo_us.pcap")
 

@@ -8,7 +8,7 @@ import pytest
 from capture_builders import block, epb, idb, isb, linux_sll, nrb, obsolete_pb, read_pcap_frames, shb, spb
 from capture_helpers import DATA, assert_matches_tshark, needs_tshark, read_all, read_in_splits, write
 
-from amqp_decode.capture import sniff_format
+from amqplens.decode.capture import sniff_format
 
 FRAMES = read_pcap_frames(DATA / "capture" / "lo_us.pcap")
 REFERENCE, _ = read_all(DATA / "capture" / "lo_us.pcap")

@@ -11,7 +11,7 @@ from capture_helpers import ALL_CAPTURES, DATA, read_all, read_in_splits, rows_o
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from amqp_decode.capture import SplitStats, plan_splits, read_split
+from amqplens.decode.capture import SplitStats, plan_splits, read_split
 
 FRAMES = read_pcap_frames(DATA / "capture" / "lo_us.pcap")
 
@@ -104,7 +104,7 @@ def test_a_split_owns_records_starting_in_its_range():
 def test_batches_are_bounded_and_match_the_schema():
     import pyarrow as pa
 
-    from amqp_decode.capture import PACKET_SCHEMA
+    from amqplens.decode.capture import PACKET_SCHEMA
 
     path = DATA / "capture" / "lo_us.pcap"
     batches = list(read_split(path, "cap", 0, path.stat().st_size, batch_rows=7))
@@ -141,7 +141,7 @@ def test_a_long_split_keeps_few_pages_of_the_file_resident(tmp_path, monkeypatch
     ``RELEASE_STEP`` at 2 MiB, the file's resident pages seen at each batch stay
     within a few steps, and the rows are the same as the unreleased read's.
     """
-    from amqp_decode.capture import splits
+    from amqplens.decode.capture import splits
     from tools.gen_capture import generate
 
     path = tmp_path / "long.pcap"

@@ -1,12 +1,12 @@
-"""Which codec the registry picks (amqp_decode/codecs.py): the seven protocol headers, the shared
+"""Which codec the registry picks (amqplens/decode/codecs.py): the seven protocol headers, the shared
 ``AMQP 1 1 0 9`` told apart by its first frames, and captures that start mid-stream."""
 
 from __future__ import annotations
 
 import pytest
 
-from amqp_decode.codecs import DecodeOptions, DecodingConsumer, sniff_framing
-from amqp_decode.drafts import choose_framing
+from amqplens.decode.codecs import DecodeOptions, DecodingConsumer, sniff_framing
+from amqplens.decode.drafts import choose_framing
 from tests.drafts.encoder import HEADER_DRAFT, HEADER_FAST, fast_frame, fast_method
 from tests.v0_10.conversation import CONVERSATIONS, C, S, streams
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amqp_decode.codecs import DecodeOptions, DecodingConsumer
-from amqp_decode.drafts import AMQP_FAST, D0_9_DRAFT, DraftStreamDecoder
+from amqplens.decode.codecs import DecodeOptions, DecodingConsumer
+from amqplens.decode.drafts import AMQP_FAST, D0_9_DRAFT, DraftStreamDecoder
 from tests.drafts.encoder import HEADER_DRAFT, HEADER_FAST
 
 

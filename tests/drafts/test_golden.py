@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from amqp_decode.drafts import AMQP_FAST, D0_9_DRAFT, decode_streams, parse_draft, parse_fast
+from amqplens.decode.drafts import AMQP_FAST, D0_9_DRAFT, decode_streams, parse_draft, parse_fast
 from tests.drafts.encoder import (HEADER_DRAFT, HEADER_FAST, draft_frame, draft_header, draft_method, fast_extended,
                                   fast_frame, fast_header, fast_method)  # fmt: skip
 from tests.v0_10.helpers import DIRECTIONS

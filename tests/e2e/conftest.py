@@ -6,8 +6,8 @@ import glob
 
 import pytest
 
-from jobs import ingest_captures
-from jobs.lake import TableStore
+from amqplens.jobs import ingest_captures
+from amqplens.lake.store import TableStore
 from tests.conftest import DATA
 
 FIXTURES = sorted(
@@ -30,7 +30,7 @@ def ingested(spark, conf, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def lifecycled(spark, ingested):
-    from jobs import lifecycle
+    from amqplens.jobs import lifecycle
 
     c, store, _ = ingested
     done = lifecycle.run(spark, c, run_id="first")

@@ -15,7 +15,7 @@ import struct
 
 import pyarrow as pa
 
-from amqp_decode import pipeline
+from amqplens.decode import pipeline
 from tests.capture.capture_builders import pcap_bytes
 from tests.conftest import DATA
 from tests.v0_9_1 import conversation as conv091

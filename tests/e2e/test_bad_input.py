@@ -12,8 +12,8 @@ import struct
 
 import pytest
 
-from jobs import ingest_captures
-from jobs.lake import TableStore
+from amqplens.jobs import ingest_captures
+from amqplens.lake.store import TableStore
 from tests.conftest import DATA
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]

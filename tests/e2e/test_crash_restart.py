@@ -3,7 +3,7 @@
 DESIGN.md's invariant: "a run that dies halfway and is started again ends in the same tables".
 The kill comes when a stage's first table has committed and the rest of the stage has not, the
 worst point for a writer that commits table by table. The comparison is with an uninterrupted run.
-The run kills itself right after that commit (``jobs.lake.FAILPOINT_ENV``): a stage's commits follow
+The run kills itself right after that commit (``amqplens.lake.store.FAILPOINT_ENV``): a stage's commits follow
 each other within milliseconds, too close for a watcher to land a kill between them every time.
 """
 
@@ -17,8 +17,8 @@ import sys
 import pytest
 from deltalake import DeltaTable
 
-from jobs.lake import FAILPOINT_ENV
-from schemas import ALL_TABLES
+from amqplens.lake.store import FAILPOINT_ENV
+from amqplens.contracts import ALL_TABLES
 from tests.conftest import DATA, ROOT
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
@@ -27,7 +27,7 @@ CAPTURE = DATA / "broker" / "consume_prefetch_ack.pcap"
 
 
 def amqplens(lake, tmp_path):
-    return [sys.executable, "-m", "jobs.cli", "run", "--input", str(CAPTURE), "--lake", str(lake),
+    return [sys.executable, "-m", "amqplens.cli", "run", "--input", str(CAPTURE), "--lake", str(lake),
             "--set", "spark.master=local[2]", "--set", "spark.shuffle_partitions=2", "--set", f"report.out={tmp_path / 'report'}",
             # validation has its own tests (tests/validate); here it would only lengthen four runs
             "--set", "validate.enabled=false"]

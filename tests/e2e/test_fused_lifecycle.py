@@ -17,9 +17,11 @@ import shutil
 import pytest
 from deltalake import DeltaTable
 
-from jobs import ingest_captures, isolation, lifecycle
-from jobs.lake import TableStore
-from schemas import table as table_def
+from amqplens.jobs import ingest_captures
+from amqplens.lake import isolation
+from amqplens.jobs import lifecycle
+from amqplens.lake.store import TableStore
+from amqplens.contracts import table as table_def
 from tests.conftest import DATA
 from tests.e2e import hostile_captures as H
 from tests.e2e import mutations as M

@@ -16,8 +16,8 @@ import hashlib
 
 import pytest
 
-from jobs import ingest_captures
-from jobs.lake import TableStore
+from amqplens.jobs import ingest_captures
+from amqplens.lake.store import TableStore
 from tests.e2e import hostile_captures as H
 from tests.e2e.conftest import FIXTURES
 

@@ -12,8 +12,8 @@ from decimal import Decimal
 import pytest
 from deltalake import DeltaTable
 
-from jobs import ingest_captures
-from jobs.lake import TableStore
+from amqplens.jobs import ingest_captures
+from amqplens.lake.store import TableStore
 from tests.conftest import DATA
 from tests.e2e.conftest import FIXTURES, TABLES
 from tests.oracles.tshark import _tshark, tshark_conversations

@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from jobs import ingest_captures, lifecycle
+from amqplens.jobs import ingest_captures
+from amqplens.jobs import lifecycle
 from tests.conftest import DATA
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]

@@ -22,7 +22,7 @@ import sys
 import pytest
 from deltalake import DeltaTable
 
-from schemas import ALL_TABLES
+from amqplens.contracts import ALL_TABLES
 from tests.conftest import DATA
 from tests.v0_9_1 import conversation as conv091
 from tests.v0_9_1.encoder import Encoder
@@ -70,7 +70,7 @@ def secured_run(tmp_path_factory):
     (inputs / "sasl_plain_10.pcap").write_bytes(connection_pcap([("to_server", c), ("to_client", s)], client=("10.1.0.4", 40004)))
     for rel in FIXTURES:
         (inputs / rel.replace("/", "_")).write_bytes((DATA / rel).read_bytes())
-    cmd = [sys.executable, "-m", "jobs.cli", "run", "--input", str(inputs), "--lake", str(tmp / "lake"), "--set", f"report.out={tmp / 'report'}",
+    cmd = [sys.executable, "-m", "amqplens.cli", "run", "--input", str(inputs), "--lake", str(tmp / "lake"), "--set", f"report.out={tmp / 'report'}",
            "--set", "spark.master=local[2]", "--set", "spark.shuffle_partitions=2", "--set", f"inputs.roots=[{inputs}]",
            "--set", "validate.enabled=false"]  # fmt: skip  (the quality gate is not under test here)
     proc = subprocess.run(cmd, cwd=tmp, capture_output=True, timeout=900)

@@ -21,7 +21,7 @@ def test_the_shared_session_was_started_with_the_c1_compiler_and_our_logging(spa
 
 
 def test_auto_shuffle_partitions_are_two_per_core_of_the_session(spark, conf):
-    from jobs.session import shuffle_partitions
+    from amqplens.session import shuffle_partitions
 
     assert spark.sparkContext.defaultParallelism == 2  # the shared session is local[2]
     assert shuffle_partitions(spark, conf.with_overrides(spark__shuffle_partitions="auto")) == 4
@@ -29,11 +29,11 @@ def test_auto_shuffle_partitions_are_two_per_core_of_the_session(spark, conf):
 
 
 def test_the_shared_session_maps_the_class_archive_the_install_step_built(spark):
-    """make's install step builds the archive (python -m jobs.jvm_archive); the session's JVM was started with it, and a
+    """make's install step builds the archive (python -m amqplens.jvm_archive); the session's JVM was started with it, and a
     JVM with the session's own class path maps it (-Xshare:on fails when the archive does not match)."""
     import io
 
-    from jobs import jvm_archive
+    from amqplens import jvm_archive
 
     archive = jvm_archive.usable_archive()
     if archive is None:
@@ -51,7 +51,7 @@ def test_a_jvm_given_an_archive_that_is_not_one_still_runs(tmp_path):
     """A stale or damaged archive costs speed, never a run: -Xshare:auto falls back to loading classes."""
     import subprocess
 
-    from jobs import jvm_archive
+    from amqplens import jvm_archive
 
     bad = tmp_path / "spark-0.jsa"
     bad.write_bytes(b"not an archive" * 100)

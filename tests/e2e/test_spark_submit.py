@@ -8,7 +8,7 @@ import sys
 import pytest
 from deltalake import DeltaTable
 
-from jobs.config import load_config
+from amqplens.config import load_config
 from tests.conftest import DATA, ROOT
 from tests.oracles.tshark import tshark_conversations
 from tests.ops.sparkproc import ZIP_NAME, imported_from, spark_submit
@@ -35,7 +35,7 @@ def test_spark_submit_runs_the_job_from_the_zip(tmp_path, built_dist):
 def test_a_job_module_from_the_zip_reads_conf_defaults_from_the_zip(tmp_path, built_dist):
     """The defaults travel in the zip: conf/defaults.yaml is read from inside it, and a bad --set still names the key."""
     zipped = built_dist / ZIP_NAME
-    probe = ("import sys; from jobs.config import CONF_DIR, load_config; print(CONF_DIR); "
+    probe = ("import sys; from amqplens.config import CONF_DIR, load_config; print(CONF_DIR); "
              "print(load_config()['capture.split_size']); load_config(sets=['capture.split_size=huge'])")
     proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(zipped), "PATH": "/usr/bin:/bin"},
                           capture_output=True, text=True, timeout=60)
@@ -47,7 +47,7 @@ def test_a_job_module_from_the_zip_reads_conf_defaults_from_the_zip(tmp_path, bu
 
 def test_bad_config_fails_before_spark_starts(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "jobs.cli", "ingest-captures", "--input", str(DATA / "broker" / "tx.pcap"),
+        [sys.executable, "-m", "amqplens.cli", "ingest-captures", "--input", str(DATA / "broker" / "tx.pcap"),
          "--lake", str(tmp_path), "--set", "capture.split_size=huge"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )

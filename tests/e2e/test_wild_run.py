@@ -21,8 +21,8 @@ import pathlib
 
 import pytest
 
-from jobs import cli
-from jobs.lake import TableStore
+from amqplens import cli
+from amqplens.lake.store import TableStore
 from tests.conftest import DATA
 from tests.e2e import hostile_captures as H
 from tests.e2e import mutations as M
@@ -160,8 +160,9 @@ def test_a_capture_that_raises_fails_alone_and_a_rerun_retries_only_it(spark, co
     next run ingests it and skips the other."""
     from pyspark.sql import functions as F
 
-    from jobs import ingest_captures, lifecycle
-    from jobs.inputs import capture_files
+    from amqplens.jobs import ingest_captures
+    from amqplens.jobs import lifecycle
+    from amqplens.inputs import capture_files
 
     for rel in ORIGINALS[:2]:
         (tmp_path / pathlib.Path(rel).name).write_bytes((DATA / rel).read_bytes())

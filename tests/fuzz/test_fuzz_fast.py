@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from amqp_decode import pipeline
+from amqplens.decode import pipeline
 from tools import fuzz, fuzz_targets as ft
 from tests.drafts import encoder as draft
 from tests.v0_9_1.encoder import Encoder

@@ -15,7 +15,7 @@ import threading
 import pytest
 from deltalake import DeltaTable
 
-from jobs.lake import TableStore
+from amqplens.lake.store import TableStore
 from tests.lake.test_tablestore import frame, rows
 
 pytestmark = pytest.mark.spark

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from jobs.lake import SchemaMismatch, TableStore
-from schemas import DECODE_ERRORS
+from amqplens.lake.store import SchemaMismatch, TableStore
+from amqplens.contracts import DECODE_ERRORS
 from tests.lake.test_tablestore import frame, rows
 
 pytestmark = pytest.mark.spark
@@ -111,8 +111,8 @@ def test_rows_that_do_not_fit_the_contract_are_refused(spark, lake):
 
 
 def test_contract_batch_fills_columns_by_name_and_refuses_a_missing_required_one():
-    from jobs.staging import contract_batch
-    from schemas import FRAMES
+    from amqplens.lake.staging import contract_batch
+    from amqplens.contracts import FRAMES
 
     struct = pa.StructArray.from_arrays(
         [pa.array(["c1"]), pa.array([1_714_564_800_000_001]), pa.array(["to_server"])],

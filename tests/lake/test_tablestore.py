@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from jobs.lake import LakeConflict, SchemaMismatch, TableStore
-from schemas import DECODE_ERRORS
+from amqplens.lake.store import LakeConflict, SchemaMismatch, TableStore
+from amqplens.contracts import DECODE_ERRORS
 
 pytestmark = pytest.mark.spark
 
@@ -125,8 +125,8 @@ def test_write_many_commits_nothing_when_one_tables_query_fails(spark, lake):
     from pyspark.sql import functions as F
     from pyspark.sql.functions import udf
 
-    from jobs.staging import STAGING
-    from schemas import table
+    from amqplens.lake.staging import STAGING
+    from amqplens.contracts import table
 
     @udf("string")
     def boom(v):
@@ -144,7 +144,7 @@ def test_write_many_commits_nothing_when_one_tables_query_fails(spark, lake):
 
 
 def test_write_many_commits_in_the_order_given_whatever_finishes_first(spark, lake):
-    from schemas import table
+    from amqplens.contracts import table
 
     store = TableStore(spark, str(lake))
     empty = spark.createDataFrame([], table("request_responses").spark_schema())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from amqp_decode.lifecycle import FRAME_COLUMNS, LifecycleRunner
+from amqplens.lifecycle import FRAME_COLUMNS, LifecycleRunner
 
 CLIENT, SERVER = "to_server", "to_client"
 
@@ -112,7 +112,7 @@ class Conversation:
 
 
 def run(*conversations, **options) -> tuple[list, list, list, LifecycleRunner]:
-    from amqp_decode.lifecycle import LifecycleOptions
+    from amqplens.lifecycle import LifecycleOptions
 
     runner = LifecycleRunner(LifecycleOptions(**options))
     for conv in conversations:

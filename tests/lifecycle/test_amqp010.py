@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amqp_decode.lifecycle.machines import TRANSFER_0_10
-from amqp_decode.lifecycle.records import DELIVERY_KEYS, FLOW_EVENT_KEYS, REQUEST_RESPONSE_KEYS, Delivery
-from amqp_decode.lifecycle.seqsets import members, parse_ranges
+from amqplens.lifecycle.machines import TRANSFER_0_10
+from amqplens.lifecycle.records import DELIVERY_KEYS, FLOW_EVENT_KEYS, REQUEST_RESPONSE_KEYS, Delivery
+from amqplens.lifecycle.seqsets import members, parse_ranges
 
 from .conversation import run
 from .conversation010 import CLIENT, SERVER, Conversation010

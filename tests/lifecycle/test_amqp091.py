@@ -412,7 +412,7 @@ def test_every_dialect_of_the_family_uses_its_own_tables(dialect):
 
 
 def test_rows_have_exactly_the_contract_keys():
-    from amqp_decode.lifecycle import DELIVERY_KEYS, FLOW_EVENT_KEYS, REQUEST_RESPONSE_KEYS
+    from amqplens.lifecycle import DELIVERY_KEYS, FLOW_EVENT_KEYS, REQUEST_RESPONSE_KEYS
 
     c = _conv()
     c.c(1, "basic.qos", prefetch_count=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from amqp_decode.lifecycle.amqp10 import serial_diff
+from amqplens.lifecycle.amqp10 import serial_diff
 
 from .conversation import CLIENT, SERVER, Conversation, run
 

@@ -14,7 +14,7 @@ import functools
 
 import pytest
 
-from amqp_decode.lifecycle import LifecycleRunner
+from amqplens.lifecycle import LifecycleRunner
 
 from .captures import BROKER, DATA, frames_of, oracle
 

@@ -14,8 +14,8 @@ import struct
 
 import pytest
 
-from amqp_decode.lifecycle import LifecycleRunner
-from amqp_decode.v0_10 import spec
+from amqplens.lifecycle import LifecycleRunner
+from amqplens.decode.v0_10 import spec
 from tests.v0_10.conversation import CONVERSATIONS, streams
 
 from .captures import DATA, frames_of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from amqp_decode.lifecycle.batches import FRAME_COLUMNS, frame_rows
+from amqplens.lifecycle.batches import FRAME_COLUMNS, frame_rows
 
 
 def _reference(batch: pa.RecordBatch) -> list[dict]:

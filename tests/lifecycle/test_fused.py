@@ -18,14 +18,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from amqp_decode import pipeline
-from amqp_decode.lifecycle import amqp091
-from amqp_decode.lifecycle.batches import lifecycle_batches
-from amqp_decode.lifecycle.fused import ConnectionLifecycle
-from amqp_decode.tls import KeyLog
-from jobs import ingest_captures, lifecycle
-from jobs.config import load_config
-from jobs.staging import StagedTable
+from amqplens.decode import pipeline
+from amqplens.lifecycle import amqp091
+from amqplens.lifecycle.batches import lifecycle_batches
+from amqplens.lifecycle.fused import ConnectionLifecycle
+from amqplens.decode.tls import KeyLog
+from amqplens.jobs import ingest_captures
+from amqplens.jobs import lifecycle
+from amqplens.config import load_config
+from amqplens.lake.staging import StagedTable
 from tests.lifecycle.captures import DATA
 
 CAPTURES = sorted(p for p in DATA.rglob("*.pcap*") if "fuzz" not in p.parts)

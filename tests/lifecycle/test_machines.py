@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amqp_decode.lifecycle.machines import (
+from amqplens.lifecycle.machines import (
     DELIVER,
     EFFECTS,
     ENDPOINT,
@@ -18,7 +18,7 @@ from amqp_decode.lifecycle.machines import (
     TRANSFER_0_10,
     Transition,
 )
-from amqp_decode.lifecycle.records import Delivery
+from amqplens.lifecycle.records import Delivery
 
 DELIVERY_MACHINES = (PUBLISH, DELIVER, TRANSFER, TRANSFER_0_10, REQUEST)
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amqp_decode.lifecycle import (
+from amqplens.lifecycle import (
     DELIVERY_KEYS,
     FLOW_EVENT_KEYS,
     REQUEST_RESPONSE_KEYS,
@@ -17,14 +17,14 @@ from amqp_decode.lifecycle import (
     LifecycleRunner,
     lifecycle_batches,
 )
-from amqp_decode.lifecycle.machines import DELIVER, PUBLISH, TRANSFER
-from schemas.tables import DELIVERIES, FLOW_EVENTS, REQUEST_RESPONSES
+from amqplens.lifecycle.machines import DELIVER, PUBLISH, TRANSFER
+from amqplens.contracts.tables import DELIVERIES, FLOW_EVENTS, REQUEST_RESPONSES
 
 from .conversation import CLIENT, SERVER, Conversation, run
 
 TS_RENAMES = {"sent_ts": "sent_ts_us", "settled_ts": "settled_ts_us", "ts": "ts_us", "request_ts": "request_ts_us",
               "response_ts": "response_ts_us"}
-JOB_COLUMNS = ("capture_id", "capture_date", "source", "trace_json")  # jobs/lifecycle.py JOB_COLUMNS
+JOB_COLUMNS = ("capture_id", "capture_date", "source", "trace_json")  # amqplens/jobs/lifecycle.py JOB_COLUMNS
 OUTCOMES = PUBLISH.outcomes | DELIVER.outcomes | TRANSFER.outcomes
 
 
@@ -60,8 +60,8 @@ def test_outcome_vocabulary_is_documented_in_the_contract():
 
 
 def test_the_package_imports_neither_spark_nor_delta_nor_schemas():
-    code = ("import sys, amqp_decode.lifecycle; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('pyspark', 'delta', 'deltalake', 'schemas', 'jobs')]; "
+    code = ("import sys, amqplens.lifecycle; "
+            "bad = [m for m in sys.modules if (m.split('.')[0] in ('pyspark', 'delta', 'deltalake') or m.startswith(('amqplens.contracts', 'amqplens.jobs', 'amqplens.lake')))]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[2]))
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from amqp_decode.logs import FORMATS, SNIFF_BYTES, sniff
-from amqp_decode.logs.batches import split_records
-from amqp_decode.logs.lines import count_newlines, plan_splits
+from amqplens.logs import FORMATS, SNIFF_BYTES, sniff
+from amqplens.logs.batches import split_records
+from amqplens.logs.lines import count_newlines, plan_splits
 
 
 def records(path, split_size: int | None = None, log_id: str = "log") -> list[tuple[str, dict]]:

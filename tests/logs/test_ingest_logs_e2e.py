@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from jobs import cli
-from schemas import ALL_TABLES
+from amqplens import cli
+from amqplens.contracts import ALL_TABLES
 from tests.conftest import DATA
 
 BROKER, LOGS = DATA / "broker", DATA / "logs"
@@ -39,7 +39,7 @@ def lake(spark, tmp_path_factory):
 
 
 def _read(spark, lake, name):
-    from jobs.lake import TableStore
+    from amqplens.lake.store import TableStore
 
     return TableStore(spark, str(lake["root"] / "lake")).read(name)
 
@@ -136,7 +136,7 @@ def test_report_shows_broker_events(spark, lake):
 
 
 def test_the_same_logs_again_change_no_table(spark, lake):
-    from jobs.lake import TableStore
+    from amqplens.lake.store import TableStore
 
     store = TableStore(spark, str(lake["root"] / "lake"))
     before = {name: store.version(name) for name in ALL_TABLES}
@@ -146,7 +146,7 @@ def test_the_same_logs_again_change_no_table(spark, lake):
 
 
 def test_split_plan_numbers_each_split_s_first_line(spark):
-    from jobs.ingest_logs import _split_rows, log_files
+    from amqplens.jobs.ingest_logs import _split_rows, log_files
 
     (f,) = log_files([str(BROKER / "rabbitmq.log")])
     rows = _split_rows(spark, [f], 4096)

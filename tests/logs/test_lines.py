@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from amqp_decode.logs import lines
+from amqplens.logs import lines
 from tests.conftest import DATA, ROOT
 
 
@@ -40,8 +40,8 @@ def test_real_log_lines_match_splitlines():
 
 
 def test_the_log_parsers_import_no_spark_or_lake():
-    code = ("import sys, amqp_decode.logs.batches; "
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'delta', 'deltalake', 'schemas', 'jobs')); "
+    code = ("import sys, amqplens.logs.batches; "
+            "bad = sorted(m for m in sys.modules if (m.split('.')[0] in ('pyspark', 'delta', 'deltalake') or m.startswith(('amqplens.contracts', 'amqplens.jobs', 'amqplens.lake')))); "
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr

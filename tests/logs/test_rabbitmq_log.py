@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from amqp_decode.logs import rabbitmq
+from amqplens.logs import rabbitmq
 from tests.conftest import DATA
 from tests.logs.helpers import of_kind, records
 

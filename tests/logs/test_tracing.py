@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from amqp_decode.logs.erlang_terms import parse_term, proplist
+from amqplens.logs.erlang_terms import parse_term, proplist
 from tests.conftest import DATA
 from tests.logs.helpers import of_kind, records
 

@@ -6,8 +6,10 @@ import glob
 
 import pytest
 
-from jobs import ingest_captures, lifecycle, metrics
-from jobs.lake import TableStore
+from amqplens.jobs import ingest_captures
+from amqplens.jobs import lifecycle
+from amqplens.jobs import metrics
+from amqplens.lake.store import TableStore
 from tests.conftest import DATA
 from tests.e2e.hostile_captures import records, ts_of, with_records
 

@@ -22,10 +22,12 @@ import dpkt
 import numpy as np
 import pytest
 
-from jobs import ingest_captures, lifecycle, metrics
-from jobs.lake import TableStore
-from jobs.metrics import deliveries_with_queue
-from jobs.metrics_e2e import end_to_end, end_to_end_windows
+from amqplens.jobs import ingest_captures
+from amqplens.jobs import lifecycle
+from amqplens.jobs import metrics
+from amqplens.lake.store import TableStore
+from amqplens.jobs.metrics import deliveries_with_queue
+from amqplens.jobs.metrics.e2e import end_to_end, end_to_end_windows
 from tests.v0_9_1.encoder import Encoder
 from tests.v1_0.pcap_writer import connection_pcap
 

@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from jobs.metrics import errors
-from schemas import DECODE_ERRORS, FRAMES
+from amqplens.jobs.metrics import errors
+from amqplens.contracts import DECODE_ERRORS, FRAMES
 
 pytestmark = pytest.mark.spark
 
@@ -39,9 +39,9 @@ def test_decode_errors_counted_by_stage_and_reason_per_capture_and_connection(sp
 
 def test_unsettled_at_close_counts_and_rate(spark):
     """4 deliveries on one channel: 1 acked, 1 requeued at close, 1 unconfirmed at close, 1 open at capture end."""
-    from schemas import DELIVERIES
+    from amqplens.contracts import DELIVERIES
 
-    from jobs.metrics import settlement
+    from amqplens.jobs.metrics import settlement
 
     def d(n, direction, outcome):
         row = {c: None for c in DELIVERIES.column_names}

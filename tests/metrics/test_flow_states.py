@@ -12,8 +12,8 @@ import datetime as dt
 
 import pytest
 
-from jobs.metrics_flow import _state_metrics
-from schemas import FLOW_EVENTS, FRAMES
+from amqplens.jobs.metrics.flow import _state_metrics
+from amqplens.contracts import FLOW_EVENTS, FRAMES
 
 pytestmark = pytest.mark.spark
 

@@ -39,7 +39,7 @@ def us(ts) -> int:
 
 
 def test_every_capture_done_once_and_rerun_is_a_no_op(spark, metrics_lake):
-    from jobs import metrics
+    from amqplens.jobs import metrics
 
     conf, store, done = metrics_lake
     assert len(done) == len(store.read("captures").collect())
@@ -128,9 +128,9 @@ def test_publish_confirm_latency_by_hand(metrics_lake):
 
 
 def test_exact_percentiles_when_a_group_spans_arrow_batches(spark, metrics_lake):
-    """Percentiles are read from sorted values in Python (jobs.metrics.group_stats); with 7-row Arrow batches every
+    """Percentiles are read from sorted values in Python (amqplens.jobs.metrics.group_stats); with 7-row Arrow batches every
     group of more than 7 values spans batches, and the capture's confirm latencies must still come out exact."""
-    from jobs import metrics
+    from amqplens.jobs import metrics
 
     conf, store, _ = metrics_lake
     cid = capture_id("publish_confirms")
@@ -297,13 +297,13 @@ def test_heartbeats_by_hand(metrics_lake):
 
 
 def test_missed_heartbeats_by_hand_with_sub_second_and_long_intervals(spark):
-    """Heartbeats are counted per slot of at most the interval (jobs/metrics_flow.py): frames built here, with a 1.0
+    """Heartbeats are counted per slot of at most the interval (amqplens/jobs/metrics/flow.py): frames built here, with a 1.0
     peer's 300 ms idle time-out (slots of 300 ms), a 0-9-1 connection's 2 s heartbeat (slots of 1 s), gaps inside
     a slot, across slots and across a bucket edge, a frame at the exact interval, and a connection with no
     heartbeat; expected: every gap longer than the interval misses floor(gap / interval), by hand."""
     import datetime as dt
 
-    from jobs.metrics_flow import _heartbeat_metrics
+    from amqplens.jobs.metrics.flow import _heartbeat_metrics
 
     t0 = dt.datetime(2024, 1, 1, 0, 0, 50, tzinfo=dt.timezone.utc)
     offsets = {  # seconds after t0 of each frame, per (connection, direction); the bucket edge is at 10 s
@@ -372,8 +372,8 @@ def test_amqp010_transfer_to_accept_latency_by_hand(metrics_lake):
 def test_end_to_end_pass_matches_the_window_reference_on_every_fixture(metrics_lake):
     """The one-pass matching (jobs/metrics_e2e.fifo_pass) and the same rule as Spark windows give every delivery of
     every real-broker fixture (0-9-1, 1.0, 0-10; message ids, nacks and requeues, a twin capture) the same publish."""
-    from jobs.metrics import DELIVERY_COLUMNS, control_frames, deliveries_with_queue
-    from jobs.metrics_e2e import end_to_end, end_to_end_windows
+    from amqplens.jobs.metrics import DELIVERY_COLUMNS, control_frames, deliveries_with_queue
+    from amqplens.jobs.metrics.e2e import end_to_end, end_to_end_windows
 
     _, store, _ = metrics_lake
     d = deliveries_with_queue(store.read("deliveries").select(*DELIVERY_COLUMNS), control_frames(store.read("frames")))
@@ -386,8 +386,8 @@ def test_counted_repeats_give_the_same_rows_on_every_fixture(metrics_lake):
     """``metrics.count_repeats_from_rows``: above it latencies alike are counted before they are spread over entities
     and heartbeats per slot before the window (tests/metrics' lake is below it, so the tables hold the uncounted
     rows); both ways give every fixture the same metrics_latency and metrics_flow rows."""
-    from jobs import metrics
-    from jobs.metrics_flow import flow
+    from amqplens.jobs import metrics
+    from amqplens.jobs.metrics.flow import flow
 
     conf, store, _ = metrics_lake
     caps = store.read("captures").select("capture_id", "capture_date", "first_ts")

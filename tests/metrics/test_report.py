@@ -23,7 +23,7 @@ UNREADABLE_TICK = re.compile(r"^\d{1,2}:\d{2}\.\d{3,}$")
 
 @pytest.fixture(scope="module")
 def report_dir(spark, metrics_lake, tmp_path_factory):
-    from jobs import report
+    from amqplens import report
 
     conf, _, _ = metrics_lake
     return report.run(spark, conf.with_overrides(report__connection_pages=9), str(tmp_path_factory.mktemp("report"))).parent
@@ -114,7 +114,7 @@ def test_series_are_capped_and_keep_their_peaks(metrics_lake):
     (compared with the raw flow_events rows)."""
     from pyspark.sql import functions as F
 
-    from jobs import report_data
+    from amqplens.report import data as report_data
 
     _, store, _ = metrics_lake
     series = report_data.busiest_series(store, "channel", "deliver", ["in_flight"], 2, 3)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from jobs import cli
+from amqplens import cli
 from tests.conftest import ROOT
 
-DEMO = ROOT / "jobs" / "data" / "demo.pcap"
+DEMO = ROOT / "amqplens" / "data" / "demo.pcap"
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""jobs/explore.py on the demo lake, against what tshark and the real clients of the demo capture report.
+"""amqplens/explore.py on the demo lake, against what tshark and the real clients of the demo capture report.
 
 tests/data/demo/demo.oracle.json holds the counts each client of the demo scenarios
 saw (published, confirmed, acked, ...) while RabbitMQ 3.10 was being captured.
@@ -11,7 +11,7 @@ import json
 import pandas as pd
 import pytest
 
-from jobs import explore
+from amqplens import explore
 from tests.conftest import DATA
 from tests.oracles.tshark import tshark_conversations
 from tests.ops.conftest import DEMO

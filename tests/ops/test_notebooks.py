@@ -28,6 +28,6 @@ def test_notebook_runs_on_the_demo_lake(path, demo_lake, monkeypatch):
     assert any("image/png" in o.get("data", {}) for o in outputs), "no plot drawn"
     assert any("text/html" in o.get("data", {}) for o in outputs), "no table shown"
     code = [c.source for c in book.cells if c.cell_type == "code"]
-    # Logic lives in jobs/explore.py, where tests check it: cells call it and define nothing.
+    # Logic lives in amqplens/explore.py, where tests check it: cells call it and define nothing.
     assert sum("explore." in c for c in code) >= 2
     assert not [c for c in code if "def " in c or "lambda" in c]

@@ -21,11 +21,11 @@ pytestmark = pytest.mark.e2e
 
 PROBE = """
 import json, sys
-import jobs, jobs.config, jobs.session
-conf = jobs.config.load_config()
-print(json.dumps({"jobs": jobs.__file__, "conf_dir": str(jobs.config.CONF_DIR), "layers": conf.sources,
-                  "master": conf["spark.master"], "log4j": str(jobs.session.LOG4J),
-                  "log4j_exists": jobs.session.LOG4J.exists()}))
+import amqplens, amqplens.config, amqplens.session
+conf = amqplens.config.load_config()
+print(json.dumps({"amqplens": amqplens.__file__, "conf_dir": str(amqplens.config.CONF_DIR), "layers": conf.sources,
+                  "master": conf["spark.master"], "log4j": str(amqplens.session.LOG4J),
+                  "log4j_exists": amqplens.session.LOG4J.exists()}))
 """
 
 
@@ -48,11 +48,11 @@ def test_the_installed_wheel_reads_its_own_conf_and_logging_config(installed, tm
                           timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.splitlines()[-1])
-    assert got["jobs"].startswith(str(venv)) and str(ROOT) not in got["jobs"]  # the wheel's code, not the source tree
+    assert got["amqplens"].startswith(str(venv)) and str(ROOT) not in got["amqplens"]  # the wheel's code, not the source tree
     assert got["conf_dir"] == str(venv / "share" / "amqplens" / "conf")
     assert got["layers"][0] == str(venv / "share" / "amqplens" / "conf" / "defaults.yaml")
     assert got["master"] == "local[*]" and got["log4j_exists"] and got["log4j"].startswith(str(venv))
-    assert (venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" / "jobs" / "data"
+    assert (venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" / "amqplens" / "data"
             / "demo.pcap").stat().st_size > 0  # fmt: skip
 
 

@@ -7,20 +7,20 @@ It prints where the driver and two executor tasks imported the packages from
 
 import sys
 
-import amqp_decode
-import jobs
-from jobs.cli import main
+import amqplens
+import amqplens.decode
+from amqplens.cli import main
 from pyspark.sql import SparkSession
 
 
 def _where(_):
-    import amqp_decode
+    import amqplens.decode
 
-    return amqp_decode.__file__
+    return amqplens.decode.__file__
 
 
 if __name__ == "__main__":
     sc = SparkSession.builder.getOrCreate().sparkContext
-    print("DRIVER_IMPORTS", jobs.__file__, amqp_decode.__file__)
+    print("DRIVER_IMPORTS", amqplens.__file__, amqplens.decode.__file__)
     print("EXECUTOR_IMPORTS", *sc.parallelize(range(2), 2).map(_where).collect())
     sys.exit(main(sys.argv[1:]))

@@ -12,8 +12,8 @@ import time
 
 import pyarrow as pa
 
-from amqp_decode.capture.records import ACK, PACKET_COLUMNS, PACKET_SCHEMA, PSH, SYN, flow_key
-from amqp_decode.tcp import TcpReassembler
+from amqplens.decode.capture.records import ACK, PACKET_COLUMNS, PACKET_SCHEMA, PSH, SYN, flow_key
+from amqplens.decode.tcp import TcpReassembler
 
 M32 = 0xFFFFFFFF
 

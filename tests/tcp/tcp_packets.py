@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 
-from amqp_decode.capture.records import ACK, FIN, PACKET_COLUMNS, PSH, RST, SYN, URG, flow_key
-from amqp_decode.tcp import TO_CLIENT, TO_SERVER, ConnectionRecord, GapRecord, TcpReassembler
+from amqplens.decode.capture.records import ACK, FIN, PACKET_COLUMNS, PSH, RST, SYN, URG, flow_key
+from amqplens.decode.tcp import TO_CLIENT, TO_SERVER, ConnectionRecord, GapRecord, TcpReassembler
 
 M32 = 0xFFFFFFFF
 _FLAG_BITS = {"F": FIN, "S": SYN, "R": RST, "P": PSH, "A": ACK, "U": URG}

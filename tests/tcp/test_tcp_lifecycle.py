@@ -8,8 +8,8 @@ import sys
 import pyarrow as pa
 import pytest
 
-from amqp_decode.capture.records import PACKET_SCHEMA
-from amqp_decode.tcp import TcpReassembler, connection_id
+from amqplens.decode.capture.records import PACKET_SCHEMA
+from amqplens.decode.tcp import TcpReassembler, connection_id
 
 from .tcp_packets import CLIENT, SERVER, handshake, packet_columns, run, split_columns
 
@@ -141,7 +141,7 @@ def test_connection_id_is_deterministic_across_processes():
     rec, _ = run(conversation(0)).only()
     assert rec.connection_id == expected
     code = (
-        "from amqp_decode.tcp import connection_id as f;"
+        "from amqplens.decode.tcp import connection_id as f;"
         "print(f('cap', '10.0.0.1', 40000, '10.0.0.2', 5672, 0))"
     )
     for seed in ("1", "2"):

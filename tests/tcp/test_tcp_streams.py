@@ -273,7 +273,7 @@ def test_retransmission_older_than_the_history_is_counted_not_compared():
 
 
 def test_history_never_exceeds_the_out_of_order_cap():
-    from amqp_decode.tcp import TcpReassembler
+    from amqplens.decode.tcp import TcpReassembler
 
     assert TcpReassembler("c", max_ooo_bytes=1000, history_bytes=5000).history_bytes == 1000
     assert TcpReassembler("c").history_bytes == 256 * 1024

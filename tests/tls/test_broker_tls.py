@@ -16,10 +16,10 @@ import subprocess
 
 import pytest
 
-from amqp_decode.tls import KeyLog
-from amqp_decode.tls.suites import suite_name
-from jobs.config import load_config
-from jobs.ingest_captures import options_from
+from amqplens.decode.tls import KeyLog
+from amqplens.decode.tls.suites import suite_name
+from amqplens.config import load_config
+from amqplens.jobs.ingest_captures import options_from
 from tests.conftest import DATA
 from tests.e2e.hostile_captures import reference
 from tests.v0_9_1 import tshark_oracle

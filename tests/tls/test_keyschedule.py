@@ -17,9 +17,9 @@ import sys
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from amqp_decode.codecs import DecodeOptions, DecodingConsumer
-from amqp_decode.tls import KeyLog
-from amqp_decode.tls.keyschedule import hkdf_expand_label, prf12
+from amqplens.decode.codecs import DecodeOptions, DecodingConsumer
+from amqplens.decode.tls import KeyLog
+from amqplens.decode.tls.keyschedule import hkdf_expand_label, prf12
 
 RFC8448_SERVER_HS_SECRET = bytes.fromhex("b67b7d690cc16c4e75e54213cb2d37b4e9c912bcded9105d42befd59d391ad38")
 
@@ -72,16 +72,16 @@ def test_a_key_update_moves_the_sender_to_the_next_secret():
 
 
 def test_the_tls_package_imports_no_spark_and_nothing_but_cryptography():
-    allowed = set(sys.stdlib_module_names) | {"amqp_decode", "cryptography", "__future__"}
-    for path in (pathlib.Path(__file__).resolve().parents[2] / "amqp_decode" / "tls").glob("*.py"):
+    allowed = set(sys.stdlib_module_names) | {"amqplens", "cryptography", "__future__"}
+    for path in (pathlib.Path(__file__).resolve().parents[2] / "amqplens" / "decode" / "tls").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module] if isinstance(node, ast.ImportFrom) else []
             for name in names:
-                assert name.split(".")[0] in allowed, (path.name, name)
+                assert name.split(".")[0] in allowed and (not name.startswith("amqplens") or name.startswith("amqplens.decode")), (path.name, name)
 
 
 def test_the_contract_checks_the_statuses_the_layer_gives():
-    from amqp_decode.tls import TLS_STATUSES
-    from schemas.expectations import ENUMS
+    from amqplens.decode.tls import TLS_STATUSES
+    from amqplens.contracts.expectations import ENUMS
 
     assert ENUMS["connections"]["tls_status"] == TLS_STATUSES

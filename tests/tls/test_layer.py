@@ -14,9 +14,9 @@ import ssl
 
 import pytest
 
-from amqp_decode.codecs import DecodeOptions, DecodingConsumer
-from amqp_decode.tls import KeyLog
-from amqp_decode.tls.suites import suite_name
+from amqplens.decode.codecs import DecodeOptions, DecodingConsumer
+from amqplens.decode.tls import KeyLog
+from amqplens.decode.tls.suites import suite_name
 from tests.v0_9_1 import conversation as conv
 from tools.tls_session import MemoryTls, TlsPki
 

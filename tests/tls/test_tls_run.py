@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from jobs import cli
-from jobs.lake import TableStore
+from amqplens import cli
+from amqplens.lake.store import TableStore
 from tests.conftest import DATA
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
@@ -86,8 +86,8 @@ def test_a_capture_without_its_key_runs_through_as_no_key(tls_lake):
 
 def test_no_key_material_or_plain_response_in_any_table(tls_lake):
     """Every cell of every table (Spark's read of the lake), in clear or hex."""
-    from amqp_decode.tls import KeyLog
-    from schemas import ALL_TABLES
+    from amqplens.decode.tls import KeyLog
+    from amqplens.contracts import ALL_TABLES
 
     store, _ = tls_lake
     secrets = [s for n in KEYED for session in KeyLog.read([TLS / f"{n}.keylog"]).sessions.values() for s in session.values()]

@@ -1,9 +1,9 @@
-"""Choosing the codec of a connection from its first bytes (amqp_decode/codecs.py)."""
+"""Choosing the codec of a connection from its first bytes (amqplens/decode/codecs.py)."""
 
 from __future__ import annotations
 
-from amqp_decode.codecs import DecodeOptions, DecodingConsumer, sniff_framing
-from amqp_decode.tcp.records import TO_CLIENT, TO_SERVER
+from amqplens.decode.codecs import DecodeOptions, DecodingConsumer, sniff_framing
+from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
 
 # Frames written from the specs' own framing rules:
 HEARTBEAT_0_9_1 = bytes.fromhex("08 0000 00000000 ce")  # type 8, channel 0, size 0, frame-end (0-9-1 spec 4.2.3)

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from jobs.config import CONF_DIR, ConfigError, load_config
+from amqplens.config import CONF_DIR, Config, ConfigError, load_config
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def test_broken_yaml_file_is_named(conf_dir, tmp_path):
 
 
 def test_quick_jit_puts_the_c1_flag_on_the_embedded_driver_only_when_on(conf_dir):
-    from jobs.session import LOG4J, driver_java_options
+    from amqplens.session import LOG4J, driver_java_options
 
     on = load_config(sets=["spark.class_sharing=false"], conf_dir=conf_dir)
     off = load_config(sets=["spark.quick_jit=false", "spark.class_sharing=false"], conf_dir=conf_dir)
@@ -79,14 +79,14 @@ def test_quick_jit_puts_the_c1_flag_on_the_embedded_driver_only_when_on(conf_dir
 
 
 def test_class_sharing_maps_the_archive_only_when_on_and_built(conf_dir, tmp_path, monkeypatch):
-    from jobs import jvm_archive
-    from jobs.session import driver_java_options
+    from amqplens import session
+    from amqplens.session import driver_java_options
 
-    monkeypatch.setattr(jvm_archive, "_folder", lambda: tmp_path / "jvm")
+    monkeypatch.setattr(session, "_folder", lambda: tmp_path / "jvm")
     on, off = load_config(conf_dir=conf_dir), load_config(sets=["spark.class_sharing=false"], conf_dir=conf_dir)
     assert on["spark.class_sharing"] is True
     assert not any("SharedArchiveFile" in o for o in driver_java_options(on).split())  # not built
-    path = jvm_archive.archive_path()
+    path = session.archive_path()
     assert path.parent == tmp_path / "jvm" and path.name.startswith("spark-") and path.suffix == ".jsa"
     path.parent.mkdir()
     path.write_bytes(b"built")
@@ -97,3 +97,43 @@ def test_class_sharing_maps_the_archive_only_when_on_and_built(conf_dir, tmp_pat
 def test_shuffle_partitions_default_to_auto_and_take_a_number(conf_dir):
     assert load_config(conf_dir=conf_dir)["spark.shuffle_partitions"] == "auto"
     assert load_config(sets=["spark.shuffle_partitions=16"], conf_dir=conf_dir)["spark.shuffle_partitions"] == 16
+
+
+def test_defaults_yaml_and_the_docs_table_are_generated_from_the_model_and_current():
+    from tools import gen_config_docs
+
+    assert gen_config_docs.main(["--check"]) == 0, "run: python -m tools.gen_config_docs"
+
+
+def test_the_generated_defaults_read_back_as_the_models_defaults(tmp_path):
+    """Each default goes through the YAML writer and the key's rule: what a run reads is the model's default."""
+    from amqplens.config import Settings, flat
+    from tools.gen_config_docs import defaults_yaml
+
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "defaults.yaml").write_text(defaults_yaml())
+    assert load_config(conf_dir=conf_dir).values == flat(Settings())
+    # and a layer that gives nothing still gets every key, from the model
+    (conf_dir / "defaults.yaml").write_text("{}\n")
+    assert load_config(conf_dir=conf_dir).values == flat(Settings())
+
+
+def test_sizes_are_binary_not_pydantics_decimal_megabytes(conf_dir):
+    conf = load_config(sets=["capture.split_size=1m", "logs.split_size=64k", "capture.max_ooo_buffer=1g"], conf_dir=conf_dir)
+    assert (conf["capture.split_size"], conf["logs.split_size"], conf["capture.max_ooo_buffer"]) == (1 << 20, 64 << 10, 1 << 30)
+
+
+def test_the_decoders_own_defaults_are_the_configurations():
+    """``pipeline.Options`` and ``DecodeOptions`` keep defaults for library use (``decode_capture``); they are the
+    model's, so a capture decoded from Python and one ingested with no config give the same rows."""
+    import dataclasses
+
+    from amqplens.config import Settings, flat
+    from amqplens.decode import pipeline
+    from amqplens.jobs.ingest_captures import options_from
+
+    from_config = options_from(Config(flat(Settings()), ("model",)))
+    library = pipeline.Options(frame_struct=from_config.frame_struct, facts_struct=from_config.facts_struct)
+    assert dataclasses.replace(from_config, decode_options=None) == dataclasses.replace(library, decode_options=None)
+    assert from_config.decode_options == library.decode_options

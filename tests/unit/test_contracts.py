@@ -8,7 +8,7 @@ import re
 import pyarrow as pa
 import pytest
 
-from schemas import ALL_TABLES
+from amqplens.contracts import ALL_TABLES
 from tools import gen_table_docs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -41,8 +41,8 @@ def test_arrow_and_spark_schemas_have_the_same_columns(name):
 
 def test_decoder_core_imports_no_spark_or_delta():
     bad = []
-    for path in (ROOT / "amqp_decode").rglob("*.py"):
+    for path in (ROOT / "amqplens" / "decode").rglob("*.py"):
         for n, line in enumerate(path.read_text().splitlines(), 1):
-            if re.match(r"\s*(import|from)\s+(pyspark|delta|deltalake|great_expectations|jobs|schemas)\b", line):
+            if re.match(r"\s*(import|from)\s+(pyspark|delta|deltalake|great_expectations|amqplens\.(?:jobs|contracts|lake|report|cli|session))\b", line):
                 bad.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not bad, bad

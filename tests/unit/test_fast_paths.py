@@ -6,8 +6,8 @@ import decimal
 import json
 import random
 
-from amqp_decode.redaction import DEFAULT_REDACT_HEADERS, HeaderRedactor
-from amqp_decode.v0_9_1 import rows
+from amqplens.decode.redaction import DEFAULT_REDACT_HEADERS, HeaderRedactor
+from amqplens.decode.v0_9_1 import rows
 
 
 def _values(rng: random.Random, depth: int = 0):
@@ -63,7 +63,7 @@ def test_batch_functions_switch_to_the_system_pool_unless_one_was_chosen(monkeyp
     import pyarrow as pa
     import pytest
 
-    from amqp_decode import pipeline
+    from amqplens.decode import pipeline
 
     other = None
     for make in (pa.mimalloc_memory_pool, pa.jemalloc_memory_pool):

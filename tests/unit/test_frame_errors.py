@@ -15,9 +15,9 @@ import struct
 
 import pytest
 
-from amqp_decode.codecs import DecodeOptions, DecodingConsumer
-from amqp_decode.v0_9_1 import Amqp091StreamDecoder
-from amqp_decode.v1_0 import Amqp10StreamDecoder
+from amqplens.decode.codecs import DecodeOptions, DecodingConsumer
+from amqplens.decode.v0_9_1 import Amqp091StreamDecoder
+from amqplens.decode.v1_0 import Amqp10StreamDecoder
 from tests.accounting import feed
 from tests.e2e import hostile_captures as H
 from tests.v0_9_1.encoder import Encoder

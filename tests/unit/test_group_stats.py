@@ -1,4 +1,4 @@
-"""jobs.metrics.group_stats: the exact latency statistics of sorted groups, whose equal values may come counted
+"""amqplens.jobs.metrics.group_stats: the exact latency statistics of sorted groups, whose equal values may come counted
 (``_n``, the map-side count of repeats) and whose rows may span Arrow batches. Checked against numpy over the
 values written out one by one (no JVM)."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.metrics import group_stats
+from amqplens.jobs.metrics import group_stats
 
 STATS = ("count", "missing", "mean_us", "max_us", "p50_us", "p90_us", "p99_us")
 

@@ -13,9 +13,9 @@ import os
 
 import pytest
 
-from jobs.config import load_config
-from jobs.ingest_logs import log_files
-from jobs.inputs import InputError, capture_files, expand_inputs
+from amqplens.config import load_config
+from amqplens.jobs.ingest_logs import log_files
+from amqplens.inputs import InputError, capture_files, expand_inputs
 
 
 @pytest.fixture

@@ -1,17 +1,17 @@
-"""jobs/isolation.py without Spark: which captures fail, what their error says, what is retried."""
+"""amqplens/lake/isolation.py without Spark: which captures fail, what their error says, what is retried."""
 
 from __future__ import annotations
 
 import pytest
 
-from jobs import isolation
-from jobs.inputs import InputError
+from amqplens.lake import isolation
+from amqplens.inputs import InputError
 
 # A Spark task failure as py4j shows it: the JVM's text with the Python worker's traceback inside.
 SPARK_TEXT = """An error occurred while calling o123.collectToPython.
 : org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 4.0 failed 1 times
 org.apache.spark.api.python.PythonException: Traceback (most recent call last):
-  File "/work/amqp_decode/pipeline.py", line 200, in read_splits
+  File "/work/amqplens/decode/pipeline.py", line 200, in read_splits
     raise ValueError("year 49195 is out of range")
 ValueError: year 49195 is out of range
 

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from jobs import preflight
-from jobs.progress import Stage
+from amqplens import preflight
+from amqplens.progress import Stage
 from tests.conftest import DATA, ROOT
 
 GOOD = str(DATA / "broker" / "publish_confirms.pcap")
@@ -40,7 +40,7 @@ def _argv(argv, tmp_path):
 
 @pytest.mark.parametrize("argv, says", CASES)
 def test_a_mistake_is_one_line(argv, says, tmp_path, capsys):
-    from jobs import cli
+    from amqplens import cli
 
     assert cli.main(_argv(argv, tmp_path)) == 2
     out, err = capsys.readouterr()
@@ -49,7 +49,7 @@ def test_a_mistake_is_one_line(argv, says, tmp_path, capsys):
 
 def test_a_mistake_costs_no_spark_start(tmp_path):
     """In a fresh interpreter: every case above fails without importing pyspark, in seconds at most."""
-    code = ("import json, sys; from jobs import cli; "
+    code = ("import json, sys; from amqplens import cli; "
             "codes = [cli.main(a) for a in json.loads(sys.argv[1])]; "
             "print(codes, 'pyspark' in sys.modules)")
     t0 = time.monotonic()

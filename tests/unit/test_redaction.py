@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 
-from amqp_decode.codecs import DecodeOptions, DecodingConsumer
-from amqp_decode.redaction import REDACTED, HeaderRedactor
+from amqplens.decode.codecs import DecodeOptions, DecodingConsumer
+from amqplens.decode.redaction import REDACTED, HeaderRedactor
 from tests.v0_9_1.encoder import Encoder
 from tests.v1_0 import encoder as E10
 

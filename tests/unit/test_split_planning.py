@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from amqp_decode.capture import read_split
-from jobs.ingest_captures import _split_rows, split_size_for
-from jobs.inputs import CaptureFile
+from amqplens.decode.capture import read_split
+from amqplens.jobs.ingest_captures import _split_rows, split_size_for
+from amqplens.inputs import CaptureFile
 
 MIB = 1 << 20
 

@@ -1,6 +1,6 @@
 """An AMQP 0-10 encoder for tests only: builds wire bytes from the spec tables, never from the decoder.
 
-Values are encoded by their spec type (``amqp_decode.v0_10.spec``); maps,
+Values are encoded by their spec type (``amqplens.decode.v0_10.spec``); maps,
 lists and arrays take Python values and infer the type code (str -> str16,
 int -> int64 or given with ``Typed``). ``control``/``command`` give a segment's
 payload; ``frames`` cuts a segment into frames with the four position flags;
@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 import uuid
 
-from amqp_decode.v0_10 import spec
+from amqplens.decode.v0_10 import spec
 
 HEADER = b"AMQP\x01\x01\x00\x0a"
 CONTROL, COMMAND, HEADER_SEG, BODY = 0, 1, 2, 3

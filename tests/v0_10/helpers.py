@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from amqp_decode.v0_10 import ERROR_KEYS, FRAME_KEYS_0_10
+from amqplens.decode.v0_10 import ERROR_KEYS, FRAME_KEYS_0_10
 from tests.accounting import DIRECTIONS  # noqa: F401  (re-exported for the tests)
 from tests.accounting import check_accounting as _check
 

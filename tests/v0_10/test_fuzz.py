@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amqp_decode.v0_10 import Amqp010StreamDecoder, decode_header, decode_method
+from amqplens.decode.v0_10 import Amqp010StreamDecoder, decode_header, decode_method
 from tests.v0_10.conversation import CONVERSATIONS, C, S, streams
 from tests.v0_10.helpers import check_accounting
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from amqp_decode.v0_10 import Amqp010StreamDecoder, decode_streams, read_field
+from amqplens.decode.v0_10 import Amqp010StreamDecoder, decode_streams, read_field
 from tests.v0_10.conversation import CONVERSATIONS, C, S, attach, handshake, large_body, streams, transfer
 from tests.v0_10.encoder import BODY, COMMAND, CONTROL, HEADER_SEG, cmd, command, control, ctl, frame, segment
 from tests.v0_10.helpers import check_accounting
@@ -195,7 +195,7 @@ def test_maps_lists_arrays_and_unknown_type_codes():
 
 
 def test_nesting_is_bounded():
-    from amqp_decode.errors import Malformed
+    from amqplens.decode.errors import Malformed
     from tests.v0_10.encoder import encode
 
     value: list = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import time
 
-from amqp_decode.v0_9_1 import Amqp091StreamDecoder
+from amqplens.decode.v0_9_1 import Amqp091StreamDecoder
 
 from .encoder import Encoder
 

@@ -14,8 +14,8 @@ import dataclasses
 import decimal
 import struct
 
-from amqp_decode.detect import HEADER_OF
-from amqp_decode.v0_9_1.frames import SPECS
+from amqplens.decode.detect import HEADER_OF
+from amqplens.decode.v0_9_1.frames import SPECS
 
 FRAME_END = b"\xce"
 TYPE_OF = {"method": 1, "header": 2, "body": 3, "oob_method": 4, "oob_header": 5, "oob_body": 6, "trace": 7, "heartbeat": 8}

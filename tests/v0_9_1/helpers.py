@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from amqp_decode.v0_9_1 import ERROR_KEYS, FRAME_KEYS, Amqp091StreamDecoder
+from amqplens.decode.v0_9_1 import ERROR_KEYS, FRAME_KEYS, Amqp091StreamDecoder
 from tests.accounting import DIRECTIONS, feed, run_decoder, strip_ts  # noqa: F401  (re-exported for the tests)
 from tests.accounting import check_accounting as _check
 

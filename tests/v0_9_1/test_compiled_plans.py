@@ -12,10 +12,10 @@ import random
 
 import pytest
 
-from amqp_decode.capture import read_split
-from amqp_decode.tcp import TcpReassembler
-from amqp_decode.v0_9_1.fieldtable import RABBITMQ, SPEC
-from amqp_decode.v0_9_1.frames import SPECS, DialectTables
+from amqplens.decode.capture import read_split
+from amqplens.decode.tcp import TcpReassembler
+from amqplens.decode.v0_9_1.fieldtable import RABBITMQ, SPEC
+from amqplens.decode.v0_9_1.frames import SPECS, DialectTables
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CAPTURES = sorted(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from amqp_decode.detect import candidates, could_be_header, describe, detect_protocol_header
+from amqplens.decode.detect import candidates, could_be_header, describe, detect_protocol_header
 
 
 @pytest.mark.parametrize(

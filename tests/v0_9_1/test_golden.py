@@ -14,9 +14,9 @@ import pika.frame
 import pika.spec
 import pytest
 
-from amqp_decode.v0_9_1 import decode_streams
-from amqp_decode.v0_9_1.frames import SPECS
-from amqp_decode.v0_9_1.rows import to_json
+from amqplens.decode.v0_9_1 import decode_streams
+from amqplens.decode.v0_9_1.frames import SPECS
+from amqplens.decode.v0_9_1.rows import to_json
 
 from .encoder import Encoder
 

@@ -24,24 +24,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from amqp_decode import pipeline
-from amqp_decode.codecs import DecodeOptions
-from amqp_decode.tcp.records import TO_CLIENT, TO_SERVER
-from amqp_decode.v0_9_1 import Amqp091StreamDecoder, hotpath
-from amqp_decode.v0_9_1.hotpath import FrameBatch
+from amqplens.decode import pipeline
+from amqplens.decode.codecs import DecodeOptions
+from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
+from amqplens.decode.v0_9_1 import Amqp091StreamDecoder, hotpath
+from amqplens.decode.v0_9_1.hotpath import FrameBatch
 from tools import fuzz_targets as ft
 
 pytestmark = pytest.mark.skipif(not hotpath.available(), reason="numba is not installed: only the Python path exists")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CAPTURES = sorted(
-    [p for p in (ROOT / "tests" / "data").rglob("*") if p.suffix in (".pcap", ".pcapng")] + [ROOT / "jobs" / "data" / "demo.pcap"]
+    [p for p in (ROOT / "tests" / "data").rglob("*") if p.suffix in (".pcap", ".pcapng")] + [ROOT / "amqplens" / "data" / "demo.pcap"]
 )
 FAMILY = ft.FAMILIES["0-9-1"]
 
 
 def _flows(path: pathlib.Path, compiled: str, batch_rows: int) -> dict[str, list]:
-    from jobs.ingest_captures import facts_struct, frame_struct
+    from amqplens.contracts.arrow import facts_struct, frame_struct
 
     options = pipeline.Options(batch_rows=batch_rows, decode_options=DecodeOptions(compiled=compiled, body_prefix_bytes=8),
                                frame_struct=frame_struct(), facts_struct=facts_struct())  # fmt: skip
@@ -157,7 +157,7 @@ def test_corrupt_and_truncated_frame_headers_decode_alike():
 
 def test_a_redacted_name_among_the_hot_keys_is_redacted_on_the_compiled_path_too():
     """``decode.redact_headers`` may name an argument the hot path writes (here ``routing_key``)."""
-    from amqp_decode.codecs import DecodingConsumer
+    from amqplens.decode.codecs import DecodingConsumer
 
     streams = max(_fixture_streams(), key=lambda s: s[TO_SERVER].count(b"\x00\x3c\x00\x28"))
     rows = {}
@@ -174,7 +174,7 @@ def test_a_redacted_name_among_the_hot_keys_is_redacted_on_the_compiled_path_too
 
 def test_a_redacted_header_name_is_redacted_on_the_compiled_path_too():
     """Headers tables name anything: a ``Token`` header (any case) and one nested where the walk leaves it to the reference."""
-    from amqp_decode.codecs import DecodingConsumer
+    from amqplens.decode.codecs import DecodingConsumer
 
     from .encoder import Encoder
 
@@ -203,9 +203,9 @@ def test_compiled_choice():
 
 def test_the_switch_is_a_config_key_outside_the_fingerprint():
     """``decode.compiled`` changes speed, not rows: switching it must not make the lake re-ingest a capture."""
-    from jobs import ingest_captures
-    from jobs.config import load_config
+    from amqplens.jobs import ingest_captures
+    from amqplens.config import load_config
 
     prints = {c: ingest_captures.fingerprint(ingest_captures.options_from(load_config(sets=[f"decode.compiled={c}"]))) for c in hotpath.CHOICES}
     assert len(set(prints.values())) == 1
-    assert load_config()["decode.compiled"] == "off"  # off until it pays at pipeline level (README Performance)
+    assert load_config()["decode.compiled"] == "off"  # off until it pays at pipeline level (docs/performance.md)

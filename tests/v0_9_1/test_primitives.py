@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amqp_decode.errors import DecodeError, Malformed, Truncated
-from amqp_decode.v0_9_1 import primitives as p
-from amqp_decode.v0_9_1.fieldtable import MAX_DEPTH, FieldTableReader
+from amqplens.decode.errors import DecodeError, Malformed, Truncated
+from amqplens.decode.v0_9_1 import primitives as p
+from amqplens.decode.v0_9_1.fieldtable import MAX_DEPTH, FieldTableReader
 
 from .encoder import Encoder, Typed
 

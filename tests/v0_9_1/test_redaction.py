@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from amqp_decode.v0_9_1.facts import redact, sasl_user
+from amqplens.decode.v0_9_1.facts import redact, sasl_user
 
 from .conversation import PASSWORD, USER, amqplain_response, conversation
 from .encoder import Encoder

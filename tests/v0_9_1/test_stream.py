@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from amqp_decode.v0_9_1 import Amqp091StreamDecoder
+from amqplens.decode.v0_9_1 import Amqp091StreamDecoder
 
 from .conversation import BODIES, FRAME_MAX, body_hashes, conversation
 from .encoder import Encoder, Typed
@@ -357,7 +357,7 @@ def test_spec_letters_option():
 
 
 def test_a_decoder_bug_becomes_an_error_row_not_an_exception(monkeypatch):
-    from amqp_decode.v0_9_1 import stream
+    from amqplens.decode.v0_9_1 import stream
 
     def boom(self, row, direction, channel, payload):
         raise RuntimeError("bug")

@@ -12,7 +12,7 @@ import pathlib
 
 import pytest
 
-from amqp_decode.v0_9_1 import decode_streams
+from amqplens.decode.v0_9_1 import decode_streams
 
 from . import tshark_oracle as oracle
 from .helpers import check_accounting

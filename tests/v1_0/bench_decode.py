@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-from amqp_decode.v1_0 import Amqp10StreamDecoder
+from amqplens.decode.v1_0 import Amqp10StreamDecoder
 
 from . import encoder as E
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 import uuid
 
-from amqp_decode.v1_0.spec import DESCRIBED
+from amqplens.decode.v1_0.spec import DESCRIBED
 
 _FIXED = {
     0x50: ">B", 0x51: ">b", 0x52: ">B", 0x53: ">B", 0x54: ">b", 0x55: ">b", 0x56: ">B", 0x60: ">H", 0x61: ">h",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from amqp_decode.v1_0 import ERROR_KEYS, FRAME_KEYS_1_0, Amqp10StreamDecoder
+from amqplens.decode.v1_0 import ERROR_KEYS, FRAME_KEYS_1_0, Amqp10StreamDecoder
 from tests.accounting import DIRECTIONS, feed, run_decoder, strip_ts  # noqa: F401  (re-exported for the tests)
 from tests.accounting import check_accounting as _check
 

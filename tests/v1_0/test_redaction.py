@@ -12,7 +12,7 @@ import pathlib
 
 import pytest
 
-from amqp_decode.v1_0 import Amqp10StreamDecoder
+from amqplens.decode.v1_0 import Amqp10StreamDecoder
 
 from . import encoder as E
 from .captures import decode_capture

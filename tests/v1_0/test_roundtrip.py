@@ -11,8 +11,8 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amqp_decode.v1_0 import decode, decode_streams, extent
-from amqp_decode.v1_0.composites import to_json
+from amqplens.decode.v1_0 import decode, decode_streams, extent
+from amqplens.decode.v1_0.composites import to_json
 
 from . import encoder as E
 

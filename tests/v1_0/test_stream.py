@@ -10,9 +10,9 @@ import struct
 
 import pytest
 
-from amqp_decode.v0_9_1 import FRAME_KEYS
-from amqp_decode.v1_0 import FRAME_KEYS_1_0, Amqp10StreamDecoder
-from schemas.tables import FRAMES
+from amqplens.decode.v0_9_1 import FRAME_KEYS
+from amqplens.decode.v1_0 import FRAME_KEYS_1_0, Amqp10StreamDecoder
+from amqplens.contracts.tables import FRAMES
 
 from . import encoder as E
 from .conversation import BIG_BODY, SMALL_BODY, conversation, message

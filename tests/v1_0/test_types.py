@@ -14,10 +14,10 @@ import uuid
 
 import pytest
 
-from amqp_decode.errors import Malformed, Truncated
-from amqp_decode.v1_0 import AmqpDecimal, Described, Symbol, Timestamp, decode, extent
-from amqp_decode.v1_0.spec import ENCODINGS
-from amqp_decode.v1_0.types import MAX_DEPTH, MAX_ELEMENTS, READERS, ZERO_WIDTH_PER_BYTE
+from amqplens.decode.errors import Malformed, Truncated
+from amqplens.decode.v1_0 import AmqpDecimal, Described, Symbol, Timestamp, decode, extent
+from amqplens.decode.v1_0.spec import ENCODINGS
+from amqplens.decode.v1_0.types import MAX_DEPTH, MAX_ELEMENTS, READERS, ZERO_WIDTH_PER_BYTE
 
 UUID = uuid.UUID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
 

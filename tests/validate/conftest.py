@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from jobs import ingest_captures, lifecycle, metrics, validate
-from jobs.lake import TableStore
+from amqplens.jobs import ingest_captures
+from amqplens.jobs import lifecycle
+from amqplens.jobs import metrics
+from amqplens.jobs import validate
+from amqplens.lake.store import TableStore
 from tests.conftest import DATA
 
 # 0-9-1 (the demo: confirms, consumers, acks), 1.0 (a real RabbitMQ 1.0 session with settle modes and errors), 0-10

@@ -5,9 +5,9 @@ from __future__ import annotations
 import fnmatch
 import re
 
-from amqp_decode.lifecycle import machines
-from schemas import ALL_TABLES
-from schemas.expectations import ENUMS, Settings, checks, suite, suite_columns
+from amqplens.lifecycle import machines
+from amqplens.contracts import ALL_TABLES
+from amqplens.contracts.expectations import ENUMS, Settings, checks, suite, suite_columns
 
 
 def _words(doc: str) -> set[str]:
@@ -39,7 +39,7 @@ def test_every_listed_value_set_in_a_doc_has_a_check():
 
 
 def test_outcomes_of_every_lifecycle_machine_are_allowed():
-    """The deliveries.outcome set holds every outcome the state machines (amqp_decode.lifecycle) can produce."""
+    """The deliveries.outcome set holds every outcome the state machines (amqplens.lifecycle) can produce."""
     produced = {*machines.PUBLISH_OUTCOMES, *machines.DELIVER_OUTCOMES, *machines.TRANSFER_OUTCOMES, *machines.TRANSFER_0_10_OUTCOMES}
     assert produced <= set(ENUMS["deliveries"]["outcome"])
 

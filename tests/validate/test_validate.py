@@ -13,12 +13,13 @@ import shutil
 
 import pytest
 
-from jobs import cli, validate
-from jobs.quality import RunTables, batch
-from jobs.quality_small import SmallRun, batch as small_batch
-from schemas import ALL_TABLES, table
-from schemas import expectations as ex
-from schemas.expectations import Settings
+from amqplens import cli
+from amqplens.jobs import validate
+from amqplens.jobs.validate.quality import RunTables, batch
+from amqplens.jobs.validate.small import SmallRun, batch as small_batch
+from amqplens.contracts import ALL_TABLES, table
+from amqplens.contracts import expectations as ex
+from amqplens.contracts.expectations import Settings
 from tests.conftest import ROOT
 from tests.validate.conftest import CAPTURES, capture_id
 
@@ -72,7 +73,7 @@ def test_results_and_data_docs_are_under_the_lake_only(validated, quality_lake):
 
 def _validate(spark, quality_lake, tmp_path, name: str, engine: str, **broken):
     """Validate table ``name`` over the demo capture's rows, with some tables' slices replaced by broken copies,
-    through the Spark path (jobs/quality.py) or the small runs' pandas path (jobs/quality_small.py)."""
+    through the Spark path (amqplens/jobs/validate/quality.py) or the small runs' pandas path (amqplens/jobs/validate/small.py)."""
     conf, store = quality_lake
     tables = RunTables(store, [DEMO])
     for t, make in broken.items():
@@ -181,7 +182,7 @@ def test_cli_validate_fails_with_a_readable_summary_on_a_broken_lake(spark, qual
     conf, store = quality_lake
     lake = tmp_path / "lake"
     shutil.copytree(store.root, lake, ignore=shutil.ignore_patterns("_quality"))
-    from jobs.lake import TableStore
+    from amqplens.lake.store import TableStore
 
     copy = TableStore(spark, str(lake))
     frames = copy.read("frames").where(F.col("capture_id") == DEMO)

@@ -1,0 +1,76 @@
+"""The hand-off from TCP reassembly to the protocol decoders.
+
+``TcpReassembler`` (in ``amqplens.decode.tcp.reassembly``) is fed packets sorted by
+``(flow_key, ts_us, record_offset)`` and, for every selected connection,
+calls a ``StreamConsumer`` created by a factory:
+
+- ``data(direction, offset, ts_us, data)`` with in-order, de-duplicated
+  stream bytes; ``offset`` counts from the first byte of that direction's
+  stream (0 = the byte after the SYN, or the first byte captured when the
+  SYN was not seen);
+- ``gap(direction, offset, length, ts_us)`` where bytes are missing;
+- ``close(connection)`` once, with the finished ``ConnectionRecord``.
+
+Directions are the protocol's: ``to_server`` and ``to_client``.
+Invariant per direction: sum(data lengths) + sum(gap lengths) = stream bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+TO_SERVER = "to_server"
+TO_CLIENT = "to_client"
+
+
+@dataclasses.dataclass
+class ConnectionRecord:
+    """One TCP connection, as the ``connections`` table's transport columns."""
+
+    connection_id: str
+    capture_id: str
+    client_ip: str
+    client_port: int
+    server_ip: str
+    server_port: int
+    ip_version: int
+    start_ts_us: int  # first packet of the connection
+    end_ts_us: int  # last packet of the connection
+    syn_seen: bool
+    handshake_rtt_us: int | None  # SYN -> SYN/ACK -> ACK, when all three were seen
+    end_reason: str  # "fin" | "rst" | "capture_end" | "port_reuse"
+    closed_by: str | None  # "client" | "server" | None
+    tls: bool  # port configured as TLS (5671) or the stream opens with a TLS record
+    selected_by: str  # "port" | "sniff": why the flow was kept
+    packets_to_server: int
+    packets_to_client: int
+    wire_bytes_to_server: int  # sum of link-layer frame lengths (like tshark conv)
+    wire_bytes_to_client: int
+    bytes_to_server: int  # stream bytes (payload, each byte once, gaps included)
+    bytes_to_client: int
+    retransmitted_bytes_to_server: int
+    retransmitted_bytes_to_client: int
+    out_of_order_bytes_to_server: int
+    out_of_order_bytes_to_client: int
+    missing_bytes_to_server: int
+    missing_bytes_to_client: int
+    overlap_conflicts: int  # retransmitted bytes that differed from the first copy
+
+
+@dataclasses.dataclass
+class GapRecord:
+    connection_id: str
+    direction: str
+    offset: int
+    length: int
+    ts_us: int
+    reason: str  # "missing_segment" | "capture_start" | "buffer_overflow" | "snaplen"
+
+
+class StreamConsumer(Protocol):
+    def data(self, direction: str, offset: int, ts_us: int, data: bytes) -> None: ...
+
+    def gap(self, direction: str, offset: int, length: int, ts_us: int) -> None: ...
+
+    def close(self, connection: ConnectionRecord) -> None: ...

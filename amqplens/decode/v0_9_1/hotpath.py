@@ -1,0 +1,428 @@
+"""The compiled hot path of the 0-9-1 family decoder, with the Python decoder as its reference.
+
+Under load almost every frame of a 0-9-1 connection is one of a few: basic.publish,
+deliver, ack, nack, reject, a content header, a body frame, a heartbeat. For those the
+framing loop hands a whole buffer to ``hot_kernel.walk`` (numba), which reads their
+columns straight into arrays; what the walk cannot prove well formed, and every other
+frame, goes to the reference decoder (``Amqp091StreamDecoder.on_frame``) as before.
+The message state (``ContentTracker``: message_seq, body hashes) and the error rows
+stay the reference code's, called frame by frame in wire order, so the rows are the
+same either way; ``tests/v0_9_1/test_hotpath.py`` checks that on every fixture, the
+fuzz corpus and mutated streams.
+
+Hot frames leave the decoder as ``HotRows``: Arrow columns of a run of frames, in
+their place among the plain row dicts (``drain_frame_parts``). numba is optional:
+``available()`` says whether it imports, ``compiled_enabled(choice)`` turns the
+``decode.compiled`` setting (auto | on | off) into a yes or no. Compiled functions are
+cached on disk (``cache_dir()``) and ``python -m amqplens.decode.v0_9_1.warm`` fills the
+cache at install time, so no task pays the compile.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+import tempfile
+import warnings
+import weakref
+
+import numpy as np
+import pyarrow as pa
+
+from amqplens.decode.redaction import ROW_COLUMNS
+from amqplens.decode.v0_9_1 import primitives as p
+from amqplens.decode.v0_9_1.frames import CONNECTION_CLASS
+from amqplens.decode.v0_9_1.rows import _TEXT_COLUMNS, FRAME_KEYS, PROMOTED, to_json
+
+HOT_METHODS = frozenset({("basic", "publish"), ("basic", "deliver"), ("basic", "ack"), ("basic", "nack"), ("basic", "reject")})
+CONTENT_CLASS = "basic"
+MIN_BYTES = 256  # below this a call into the kernel costs more than the Python loop it saves
+_KIND = {"method": 1, "header": 2, "body": 3, "heartbeat": 4}  # hot_kernel.K_*
+_OPS = {p.read_octet: 1, p.read_short: 2, p.read_long: 3, p.read_longlong: 4, p.read_shortstr: 5}  # hot_kernel.OP_*
+OP_BIT, OP_TABLE, OP_FLAG = 6, 7, 8
+MAX_KEY_BYTES = 512  # the keys of one plan in its JSON (hot_kernel.JSON_PER_FRAME leaves room for values)
+CHOICES = ("auto", "on", "off")
+
+_kernel = None  # hot_kernel.walk once imported; False when numba is missing
+
+
+def cache_dir() -> str:
+    """Where numba keeps the compiled functions: ``NUMBA_CACHE_DIR`` when set, else beside the interpreter
+    (``<prefix>/var/cache/amqplens-numba``, which the install step warms and every local executor shares), else
+    the user's cache folder."""
+    given = os.environ.get("NUMBA_CACHE_DIR")
+    if given:
+        return given
+    for root in (pathlib.Path(sys.prefix) / "var" / "cache", pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache")):
+        folder = root / "amqplens-numba"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(folder, os.W_OK):
+            return str(folder)
+    return os.path.join(tempfile.gettempdir(), "amqplens-numba")
+
+
+def load_kernel():
+    """``hot_kernel.walk``, or None when numba does not import (the decoder then stays on the Python path)."""
+    global _kernel
+    if _kernel is None:
+        os.environ.setdefault("NUMBA_CACHE_DIR", cache_dir())
+        try:
+            from amqplens.decode.v0_9_1.hot_kernel import walk
+        except ImportError:
+            _kernel = False
+        else:
+            _kernel = walk
+    return _kernel or None
+
+
+def available() -> bool:
+    return load_kernel() is not None
+
+
+def compiled_enabled(choice: str) -> bool:
+    """``decode.compiled``: on when numba imports (auto, on), never for off. A missing numba degrades, never fails."""
+    if choice not in CHOICES:
+        raise ValueError(f"decode.compiled must be one of {CHOICES}, not {choice!r}")
+    if choice == "off":
+        return False
+    if not available() and choice == "on":
+        warnings.warn("decode.compiled is on but numba does not import: the 0-9-1 decoder runs its Python path", stacklevel=2)
+    return available()
+
+
+class HotTables:
+    """One dialect's hot methods and content properties as the kernel's arrays (built once per DialectTables)."""
+
+    def __init__(self, tables) -> None:
+        by_name = {name: cid for cid, name in tables.classes.items()}
+        self.content_class = by_name.get(CONTENT_CLASS, -1)
+        self.class_name = tables.classes.get(self.content_class)
+        kinds = np.full(256, -1, np.int64)
+        for ftype, name in tables.frame_types.items():
+            kinds[ftype] = _KIND.get(name, 0)
+        self.kind_names = np.array([None, *("method", "header", "body", "heartbeat")], dtype=object)
+        self.keys = bytearray()
+        self.int_columns: list[str] = []
+        self.bool_columns: list[str] = []
+        self.text_columns: list[str] = []
+        plans, names, content = [], [None], []
+        methods = np.full(256, -1, np.int64)
+        for key, meta in sorted(tables.methods.items()):
+            if (meta[0], meta[1]) not in HOT_METHODS or key >> 16 != self.content_class or (key & 0xFFFF) > 255:
+                continue
+            fields = self._method_fields(tables.plans[key])
+            if fields is None:
+                continue
+            methods[key & 0xFFFF] = len(plans)
+            plans.append(fields)
+            names.append(meta[1])
+            content.append(bool(meta[3]))
+        self.method_names = np.array(names, dtype=object)  # by hot method + 1 (0: not a method)
+        self.has_content = content
+        width = max([len(f) for f in plans] + [1])
+        self.plan = np.zeros((max(len(plans), 1), width, 5), np.int64)
+        for h, fields in enumerate(plans):
+            self.plan[h, : len(fields)] = fields
+        props = self._property_fields(tables.property_plans.get(self.content_class, ()), tables)
+        self.props = np.array(props or [[0] * 5], np.int64)
+        key_room = max([f[-1][4] - f[0][3] for f in plans if f] + [sum(f[4] - f[3] for f in props) + 2 * len(props) + 6 * len(props) + 2])
+        self.meta = np.concatenate([kinds, methods, [CONNECTION_CLASS, self.content_class, len(props), key_room + 8],
+                                    [len(f) for f in plans]]).astype(np.int64)  # fmt: skip (hot_kernel.M_*)
+        self.keys = np.frombuffer(bytes(self.keys) or b"\0", np.uint8)
+
+    def _key(self, name: str, prefix: str) -> tuple[int, int]:
+        start = len(self.keys)
+        self.keys += (prefix + to_json(name) + ":").encode()
+        return start, len(self.keys)
+
+    def _slot(self, name: str, op: int) -> int | None:
+        """The promoted column's slot, -1 when not promoted, None when the kernel cannot fill it as the reference would."""
+        column = PROMOTED.get(name)
+        if column is None:
+            return -1
+        if (op == 5) != (column in _TEXT_COLUMNS):
+            return None  # the reference makes a value of another type null in that column
+        if op == 5:
+            group, limit = self.text_columns, 4  # hot_kernel.N_STR - S_PROMOTED
+        else:
+            group, limit = (self.bool_columns, 32) if op == OP_BIT else (self.int_columns, 4)
+        if column not in group:
+            if len(group) >= limit:
+                return None
+            group.append(column)
+        return group.index(column)
+
+    def _method_fields(self, plan: tuple) -> list | None:
+        fields, start = [], len(self.keys)
+        for name, reader in plan:
+            if reader is None:  # a run of bits sharing one octet
+                for i, bit_name in enumerate(name):
+                    slot = self._slot(bit_name, OP_BIT)
+                    if slot is None:
+                        return None
+                    fields.append([OP_BIT, i, slot, *self._key(bit_name, "," if fields else "{")])
+                continue
+            op = _OPS.get(reader)
+            slot = None if op is None else self._slot(name, op)
+            if slot is None:
+                return None
+            fields.append([op, 0, slot, *self._key(name, "," if fields else "{")])
+        if len(self.keys) - start > MAX_KEY_BYTES:
+            return None
+        return fields
+
+    def _property_fields(self, plan: tuple, tables) -> list:
+        fields = []
+        for name, reader in plan:
+            if reader is None:
+                op = OP_FLAG
+            elif reader == tables.field_tables.read_table:
+                op = OP_TABLE
+            else:
+                op = _OPS.get(reader, 0)  # 0: a property the kernel leaves to the reference
+            fields.append([op, 0, -1, *self._key(name, "")])
+        return fields
+
+
+_HOT_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # DialectTables -> its HotTables
+
+
+def hot_tables(tables) -> HotTables:
+    hot = _HOT_TABLES.get(tables)
+    if hot is None:
+        hot = _HOT_TABLES[tables] = HotTables(tables)
+    return hot
+
+
+class HotBuilder:
+    """One direction's hot rows since the last drain: the kernel's arrays, grown as needed, plus what the
+    reference's message state said for each row (message_seq, body hash, error)."""
+
+    def __init__(self, direction: str, rows: int = 256, room: int = 1 << 14) -> None:
+        from amqplens.decode.v0_9_1 import hot_kernel as k
+
+        self.direction = direction
+        self.flushed = 0  # rows already handed to the decoder's output as HotRows
+        self.vals = np.empty((rows, k.N_VALS), np.int64)
+        self.sdata = np.empty((k.N_STR, room), np.uint8)
+        self.soff = np.zeros((k.N_STR, rows + 1), np.int64)
+        self.ts: list[int] = []
+        self.seqs: list = []
+        self.sha: list = []
+        self.prefix: list = []
+        self.errors: list = []
+
+    @property
+    def rows(self) -> int:
+        return len(self.ts)
+
+    def grow(self, rows: int, room: int) -> None:
+        """Room for ``rows`` rows and ``room`` string bytes per column (at least doubled)."""
+        n = self.rows
+        if rows > self.vals.shape[0]:
+            cap = max(rows, 2 * self.vals.shape[0])
+            vals, soff = np.empty((cap, self.vals.shape[1]), np.int64), np.zeros((self.soff.shape[0], cap + 1), np.int64)
+            vals[:n], soff[:, : n + 1] = self.vals[:n], self.soff[:, : n + 1]
+            self.vals, self.soff = vals, soff
+        if room > self.sdata.shape[1]:
+            sdata = np.empty((self.sdata.shape[0], max(room, 2 * self.sdata.shape[1])), np.uint8)
+            used = int(self.soff[:, n].max())
+            sdata[:, :used] = self.sdata[:, :used]
+            self.sdata = sdata
+
+    def arrays(self, hot: HotTables, connection_id: str, dialect: str) -> dict[str, pa.Array]:
+        """The rows as Arrow columns (FRAME_KEYS names; the others are null)."""
+        from amqplens.decode.v0_9_1 import hot_kernel as k
+
+        m = self.rows
+        v = self.vals[:m]
+        kinds = v[:, k.V_KIND]
+        methods, headers = kinds == k.K_METHOD, kinds == k.K_HEADER
+        classed = methods | headers
+        cols = {
+            "connection_id": pa.array([connection_id] * m, pa.string()),
+            "direction": pa.array([self.direction] * m, pa.string()),
+            "stream_offset": pa.array(v[:, k.V_OFFSET]),
+            "ts_us": pa.array(self.ts, pa.int64()),
+            "dialect": pa.array([dialect] * m, pa.string()),
+            "frame_type": pa.array(hot.kind_names[kinds], pa.string()),
+            "channel": pa.array(v[:, k.V_CHANNEL]),
+            "size": pa.array(v[:, k.V_SIZE]),
+            "class_id": pa.array(v[:, k.V_CLASS], mask=~classed),
+            "method_id": pa.array(v[:, k.V_METHOD], mask=~methods),
+            "class_name": pa.array(np.where(classed, hot.class_name, None), pa.string()),
+            "method_name": pa.array(hot.method_names[np.where(methods, v[:, k.V_HOT_METHOD] + 1, 0)], pa.string()),
+            "body_size": pa.array(v[:, k.V_BODY_SIZE], mask=~headers),
+            "message_seq": pa.array(self.seqs, pa.int64()),
+            "body_sha256": pa.array(self.sha, pa.string()),
+            "body_prefix": pa.array(self.prefix, pa.binary()),
+            "decode_error": pa.array(self.errors, pa.string()),
+        }
+        for i, name in enumerate(hot.int_columns):
+            cols[name] = pa.array(v[:, k.V_INTS + i], mask=(v[:, k.V_BOOL_SET] >> (32 + i) & 1) == 0)
+        for i, name in enumerate(hot.bool_columns):
+            cols[name] = pa.array((v[:, k.V_BOOL_VALUE] >> i & 1) == 1, mask=(v[:, k.V_BOOL_SET] >> i & 1) == 0)
+        strings = [("arguments_json", k.S_ARGS), ("properties_json", k.S_PROPS)]
+        strings += [(name, k.S_PROMOTED + i) for i, name in enumerate(hot.text_columns)]
+        for name, s in strings:
+            offsets = self.soff[s, : m + 1].astype(np.int32)
+            data = self.sdata[s, : offsets[-1]]
+            valid = np.packbits((v[:, k.V_STR_SET] >> s & 1).astype(bool), bitorder="little")
+            cols[name] = pa.StringArray.from_buffers(m, pa.py_buffer(offsets), pa.py_buffer(data), pa.py_buffer(valid))
+        return cols
+
+
+class HotRows:
+    """Rows [start, stop) of a direction's ``HotBuilder``: where they sit among the decoder's row dicts."""
+
+    __slots__ = ("builder", "start", "stop")
+
+    def __init__(self, builder: HotBuilder, start: int, stop: int) -> None:
+        self.builder, self.start, self.stop = builder, start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+class FrameBatch:
+    """A decoder's frame rows since the last drain, in wire order: row dicts of the reference and the
+    directions' hot rows as columns, with the order that interleaves them."""
+
+    def __init__(self, hot: HotTables, connection_id: str, dialect: str, items: list) -> None:
+        self.dicts: list[dict] = []
+        self.columns: list[dict] = []  # per builder: its Arrow columns
+        self.sizes = [0]  # rows per source: the dicts, then each builder
+        sources: dict[int, int] = {}
+        segments: list[list[int]] = []  # [source, start, stop]: source 0 the dicts, i + 1 builder i
+        for item in items:
+            if isinstance(item, HotRows):
+                src = sources.get(id(item.builder))
+                if src is None:
+                    src = sources[id(item.builder)] = len(self.sizes)
+                    self.columns.append(item.builder.arrays(hot, connection_id, dialect))
+                    self.sizes.append(item.builder.rows)
+                segments.append([src, item.start, item.stop])
+            elif segments and segments[-1][0] == 0:
+                segments[-1][2] += 1
+                self.dicts.append(item)
+            else:
+                segments.append([0, len(self.dicts), len(self.dicts) + 1])
+                self.dicts.append(item)
+        self.sizes[0] = len(self.dicts)
+        self.segments = segments
+
+    def __len__(self) -> int:
+        return sum(self.sizes)
+
+    def redact(self, redactor) -> None:
+        """``HeaderRedactor`` on every row: the dicts' JSON columns, and the hot rows' (headers tables name anything)."""
+        for row in self.dicts:
+            redactor.row(row)
+        for cols in self.columns:
+            for name in ROW_COLUMNS:
+                values = cols[name].to_pylist()
+                redacted = [redactor.text(v) for v in values]
+                if any(a is not b for a, b in zip(values, redacted)):
+                    cols[name] = pa.array(redacted, pa.string())
+
+    def _order(self) -> np.ndarray | None:
+        """Positions in the concatenation (dicts, then each builder's rows) in wire order; None when already so."""
+        bases = np.cumsum(self.sizes) - self.sizes
+        order = np.concatenate([np.arange(bases[src] + start, bases[src] + stop) for src, start, stop in self.segments])
+        return None if np.array_equal(order, np.arange(len(order))) else order
+
+    def to_struct(self, typ: pa.StructType, dict_rows) -> pa.Array:
+        """The rows as one ``typ`` struct array (the frames contract), in wire order; ``dict_rows(rows, typ)``:
+        the caller's conversion of row dicts."""
+        parts = [dict_rows(self.dicts, typ)] if self.dicts else []
+        for cols, n in zip(self.columns, self.sizes[1:]):
+            children = [cols[f.name].cast(f.type) if f.name in cols else pa.nulls(n, f.type) for f in typ]
+            parts.append(pa.StructArray.from_arrays(children, fields=list(typ)))
+        whole = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+        order = self._order()
+        return whole if order is None else whole.take(order)
+
+    def to_rows(self) -> list[dict]:
+        """The rows as the reference decoder's dicts (every FRAME_KEYS key), in wire order."""
+        sources = [self.dicts]
+        for cols, n in zip(self.columns, self.sizes[1:]):
+            lists = {name: a.to_pylist() for name, a in cols.items()}
+            sources.append([{key: (lists[key][i] if key in lists else None) for key in FRAME_KEYS} for i in range(n)])
+        return [row for src, start, stop in self.segments for row in sources[src][start:stop]]
+
+
+def run(kernel, framer, buf: bytes, mv: memoryview, pos: int, n: int) -> int:
+    """Decode from ``pos`` what the kernel walks; returns where the Python loop goes on."""
+    owner = framer.owner
+    hot = hot_tables(owner.tables)
+    builder = owner.hot_builder(framer.direction)
+    arr = np.frombuffer(buf, np.uint8)
+    while True:
+        rec, rows, end, need_rows, need_room = kernel(arr, pos, n, framer.base, owner.frame_limit(), hot.meta, hot.plan, hot.props,
+                                                      hot.keys, builder.vals, builder.sdata, builder.soff, builder.rows)  # fmt: skip
+        if not need_rows:
+            break
+        builder.grow(need_rows, need_room)
+    if not len(rec):
+        return pos
+    facts = owner._facts.facts
+    if facts["dialect_source"] is None:
+        facts["dialect_source"] = "framing"
+    try:
+        _replay(owner, framer, mv, hot, builder, rec.tolist())
+    finally:
+        _flush(owner, builder)
+    return int(end)
+
+
+def _flush(owner, builder: HotBuilder) -> None:
+    """The rows of ``builder`` processed since its last flush, as one item of the decoder's frame output."""
+    if builder.rows > builder.flushed:
+        owner._frames.append(HotRows(builder, builder.flushed, builder.rows))
+        builder.flushed = builder.rows
+
+
+def _replay(owner, framer, mv: memoryview, hot: HotTables, builder: HotBuilder, records: list) -> None:
+    """The frames in wire order: the reference for the ones the kernel left, the message state for the hot ones."""
+    from amqplens.decode.v0_9_1 import hot_kernel as k
+
+    base, marks, direction = framer.base, framer.marks, framer.direction
+    content, counts, frame_types = owner._content[direction], owner._frame_counts, owner.frame_types
+    ts_list, seqs, shas, prefixes, errors = builder.ts, builder.seqs, builder.sha, builder.prefix, builder.errors
+    has_content, cls, vals = hot.has_content, hot.content_class, builder.vals
+    frame_bytes = 0
+    try:
+        for pos, ftype, channel, size, kind, row in records:
+            off = base + pos
+            while len(marks) > 1 and marks[1][0] <= off:
+                marks.popleft()
+            ts = marks[0][1] if marks else 0
+            if not kind:  # the reference decodes it, in its place among the hot rows
+                _flush(owner, builder)
+                framer.frame_bytes += frame_bytes
+                frame_bytes = 0
+                owner.on_frame(framer, off, ts, frame_types[ftype], channel, mv[pos + 7 : pos + 7 + size], size + 8)
+                framer.frame_bytes += size + 8
+                continue
+            done = error = seq = None
+            if kind == 1:
+                seq = content.on_method(channel, cls, has_content[vals[row, k.V_HOT_METHOD]])
+            elif kind == 2:
+                seq, done, error = content.on_header(channel, cls, int(vals[row, k.V_BODY_SIZE]))
+            elif kind == 3:
+                seq, done, error = content.on_body(channel, mv[pos + 7 : pos + 7 + size])
+            ts_list.append(ts)
+            seqs.append(seq)
+            shas.append(done[0] if done else None)
+            prefixes.append(done[1] if done else None)
+            errors.append(error)
+            counts[direction] += 1
+            frame_bytes += size + 8
+            if error is not None:
+                owner._frame_error(framer, {"decode_error": error, "stream_offset": off, "size": size + 8, "ts_us": ts})
+    finally:
+        framer.frame_bytes += frame_bytes

@@ -1,0 +1,60 @@
+"""Compile the 0-9-1 hot path once and keep it in numba's on-disk cache (an install step).
+
+    python -m amqplens.decode.v0_9_1.warm
+
+A task that finds the cache loads the compiled walk in a fraction of a second instead of
+compiling it (``hotpath.cache_dir()`` says where it lives). Without numba it says so and
+succeeds: the decoder then runs its Python path.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import time
+
+from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
+from amqplens.decode.v0_9_1 import hotpath
+from amqplens.decode.v0_9_1.stream import Amqp091StreamDecoder
+
+
+def _frame(ftype: int, channel: int, payload: bytes) -> bytes:
+    return struct.pack(">BHI", ftype, channel, len(payload)) + payload + b"\xce"
+
+
+def sample_stream(messages: int = 64) -> bytes:
+    """A 0-9-1 stream that takes every branch of the walk: publish, header, body, ack, heartbeat."""
+    publish = _frame(1, 1, struct.pack(">HHH", 60, 40, 0) + b"\x01x\x01k\x00")
+    header = _frame(2, 1, struct.pack(">HHQH", 60, 0, 1, 0x9000) + b"\x0atext/plain\x02")
+    ack = _frame(1, 1, struct.pack(">HHQB", 60, 80, 1, 0))
+    one = publish + header + _frame(3, 1, b"x") + ack + _frame(8, 0, b"")
+    return b"AMQP\x00\x00\x09\x01" + one * messages
+
+
+def warm() -> float:
+    """Seconds spent loading (or compiling) and running the walk once per direction."""
+    t0 = time.perf_counter()
+    if hotpath.load_kernel() is None:
+        return -1.0
+    dec = Amqp091StreamDecoder("warm", compiled=True)
+    data = sample_stream()
+    dec.data(TO_SERVER, 0, 0, data)
+    dec.data(TO_CLIENT, 0, 0, data[8:])
+    dec.close()
+    for part in dec.drain_frame_parts():
+        if isinstance(part, hotpath.HotRows):
+            part.arrays()
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    seconds = warm()
+    if seconds < 0:
+        print("amqplens.decode: numba is not installed; the 0-9-1 decoder runs its Python path")
+        return 0
+    print(f"amqplens.decode: 0-9-1 hot path ready in {seconds:.1f} s (numba cache: {hotpath.cache_dir()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

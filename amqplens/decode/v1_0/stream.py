@@ -1,0 +1,202 @@
+"""The per-connection stream decoder of AMQP 1.0.
+
+``Amqp10StreamDecoder`` is a ``StreamConsumer`` (``amqplens.decode.tcp.records``)
+with the same shape as ``Amqp091StreamDecoder``: the TCP reassembler feeds it
+the in-order bytes of both directions, gaps and finally ``close``; rows are
+drained by the caller:
+
+- ``drain_frames()``: one row per protocol header and frame (``rows.FRAME_KEYS_1_0``);
+- ``drain_errors()``: one row per run of bytes that is not a frame (``rows.ERROR_KEYS``);
+- ``connection_facts()``: container ids, limits, capabilities, SASL, close, and
+  the byte and frame counts per direction.
+
+Nothing raises out of ``data``/``gap``/``close``: bad bytes become error rows
+(``framing``), a performative that does not decode a ``decode_error`` on its row.
+"""
+
+from __future__ import annotations
+
+from amqplens.decode.detect import D1_0, D1_0_SASL, D1_0_TLS, describe, detect_protocol_header
+from amqplens.decode.errors import DecodeError
+from amqplens.decode.streaming import StreamDecoderBase, decode_both
+from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
+from amqplens.decode.v1_0.composites import NAMES, PERFORMATIVES, SASL_FRAMES, code_of, fields, to_json
+from amqplens.decode.v1_0.facts import ConnectionFacts
+from amqplens.decode.v1_0.framing import AMQP_FRAME, OPAQUE, SYNCED, DirectionFramer
+from amqplens.decode.v1_0.messages import MessageTracker
+from amqplens.decode.v1_0.rows import FRAME_TEMPLATE, promote
+from amqplens.decode.v1_0.types import Described, decode
+
+MAX_FRAME_SIZE = 128 << 20  # hard cap: no real peer negotiates more; a bigger claim is an error, never a buffer
+RESYNC_MAX_FRAME = 1 << 20  # largest frame believed while searching, when no max-frame-size is known
+MAX_ERROR_BYTES = 4096  # raw bytes one error row keeps (its sha256 covers them all)
+MIN_MAX_FRAME_SIZE = 512  # Part 2 §2.7.1: no peer may announce less
+# sasl-init and sasl-response performatives as they start on the wire (smallulong, ulong, symbol descriptors)
+_SECRET_MARKERS = (b"\x00\x53\x41", b"\x00\x53\x43", b"\x00\x80\x00\x00\x00\x00\x00\x00\x00\x41",
+                   b"\x00\x80\x00\x00\x00\x00\x00\x00\x00\x43", b"amqp:sasl-init", b"amqp:sasl-response")  # fmt: skip
+_LAYER = {D1_0: "amqp", D1_0_SASL: "sasl"}
+_FRAME_TYPE_NAME = {0: "amqp", 1: "sasl"}
+_PEER = {TO_SERVER: "server", TO_CLIENT: "client"}  # whose max-frame-size limits frames in this direction
+
+
+class Amqp10StreamDecoder(StreamDecoderBase):
+    """Decode one AMQP 1.0 connection from its two byte streams.
+
+    Options: ``max_frame_size`` (hard cap on any frame), ``resync_max_frame``,
+    ``max_error_bytes``, ``body_prefix_bytes`` (keep the first N body bytes of each
+    message, default 0), ``redact`` (default True) and ``redaction_key``.
+    """
+
+    FRAME_TEMPLATE = FRAME_TEMPLATE
+
+    def __init__(
+        self,
+        connection_id: str,
+        *,
+        max_frame_size: int = MAX_FRAME_SIZE,
+        resync_max_frame: int = RESYNC_MAX_FRAME,
+        max_error_bytes: int = MAX_ERROR_BYTES,
+        body_prefix_bytes: int = 0,
+        redact: bool = True,
+        redaction_key: bytes | None = None,
+    ) -> None:
+        self._messages = {d: MessageTracker(body_prefix_bytes) for d in (TO_SERVER, TO_CLIENT)}
+        self._init_streams(connection_id, {d: DirectionFramer(d, self, max_error_bytes) for d in (TO_SERVER, TO_CLIENT)}, self._messages)
+        self.dialect = D1_0
+        self.max_frame_size = max_frame_size
+        self.resync_max_frame = resync_max_frame
+        self.redact = redact
+        self._facts = ConnectionFacts(connection_id, redaction_key, redact)
+        self._layer: dict[str, str | None] = {TO_SERVER: None, TO_CLIENT: None}
+        self._secrets_end: int | None = None  # to_server offset after which no SASL frame follows
+
+    # -- output -----------------------------------------------------------------------------
+    def _direction_facts(self, out: dict, d: str) -> None:
+        super()._direction_facts(out, d)
+        out[f"orphan_transfers_{d}"] = self._messages[d].orphans
+
+    # -- what the framers ask ---------------------------------------------------------------
+    def frame_limit(self, direction: str) -> int:
+        announced = self._facts.facts[f"{_PEER[direction]}_max_frame_size"]
+        if announced is None:
+            return self.max_frame_size
+        return min(max(announced, MIN_MAX_FRAME_SIZE), self.max_frame_size)
+
+    def resync_limit(self, direction: str) -> int:
+        announced = self._facts.facts[f"{_PEER[direction]}_max_frame_size"]
+        return min(max(announced, MIN_MAX_FRAME_SIZE) if announced is not None else self.resync_max_frame, self.max_frame_size)
+
+    def plausible_body(self, ftype: int, body: memoryview) -> int:
+        """0: not a frame of this type; 1: could be (an empty frame); 2: starts with a known performative."""
+        if not len(body):
+            return 1 if ftype == AMQP_FRAME else 0
+        if body[0] != 0x00:
+            return 0
+        try:
+            descriptor, _ = decode(body, 1)
+        except DecodeError:
+            return 0
+        return 2 if code_of(descriptor) in (PERFORMATIVES if ftype == AMQP_FRAME else SASL_FRAMES) else 0
+
+    # -- callbacks --------------------------------------------------------------------------
+    def on_protocol_header(self, framer: DirectionFramer, offset: int, ts_us: int, head: bytes) -> tuple:
+        name = detect_protocol_header(head)
+        direction = framer.direction
+        self._facts.on_protocol_header(direction, head, name)
+        if direction == TO_SERVER and name == D1_0 and self._secrets_end is None:
+            self._secrets_end = offset + len(head)
+        row = self._row(framer, offset, ts_us, "protocol_header", None, len(head))
+        row["arguments_json"] = to_json(describe(head))
+        self._append(row)
+        self._layer[direction] = _LAYER.get(name)
+        if name in _LAYER:
+            return (SYNCED,)
+        if name == D1_0_TLS:
+            return (OPAQUE, "tls", "TLS after the protocol header AMQP 2 1 0 0: recorded, not decoded")
+        return (OPAQUE, "unsupported_dialect", f"bytes after the protocol header {head.hex()}, which is not AMQP 1.0")
+
+    def on_frame(self, framer: DirectionFramer, offset: int, ts_us: int, ftype: int, channel: int, frame: memoryview, doff: int) -> None:
+        direction = framer.direction
+        if self._facts.facts["dialect_source"] is None:
+            self._facts.facts["dialect_source"] = "framing"
+        row = self._row(framer, offset, ts_us, _FRAME_TYPE_NAME[ftype], channel, len(frame))
+        try:
+            self._frame_body(row, direction, ftype, channel, frame[doff * 4 :])
+        except Exception as exc:  # a bug decoding one frame costs that frame's fields, not the stream
+            row["decode_error"] = f"internal_error: {type(exc).__name__}: {exc}"
+            self._internal_errors += 1
+        if row["decode_error"] is not None:
+            self._frame_error(framer, row)
+        self._append(row)
+
+    # -- frames -----------------------------------------------------------------------------
+    def _frame_body(self, row: dict, direction: str, ftype: int, channel: int, body: memoryview) -> None:
+        if not len(body):
+            if ftype == AMQP_FRAME:
+                row["frame_type"] = "empty"
+            else:
+                row["decode_error"] = "empty_sasl_frame: a SASL frame must carry a SASL performative"
+            return
+        try:
+            value, end = decode(body, 0)
+        except DecodeError as exc:
+            row["decode_error"] = f"{exc.reason}: {exc}"
+            return
+        if not isinstance(value, Described):
+            row["decode_error"] = f"not_a_performative: the frame body starts with a {type(value).__name__}, not a described type"
+            return
+        code = code_of(value.descriptor)
+        row["descriptor"] = code if code is not None else (value.descriptor if type(value.descriptor) is int and value.descriptor < 1 << 63 else None)
+        args = fields(code, value.value) if code in PERFORMATIVES or code in SASL_FRAMES else None
+        if args is None:
+            row["decode_error"] = f"unknown_performative: descriptor {value.descriptor!r}"
+            row["arguments_json"] = to_json(value)
+            return
+        name = row["performative"] = NAMES[code]
+        error = self._layer_error(direction, ftype, code)
+        self._facts.on_performative(direction, name, args)  # may redact args
+        promote(row, args)
+        if code == 0x14:  # transfer
+            error = self._transfer(row, direction, channel, args, body[end:]) or error
+        elif end != len(body):
+            error = error or f"unexpected_payload: {len(body) - end} bytes after the {name} performative"
+        row["arguments_json"] = to_json(args)
+        row["decode_error"] = error
+
+    def _layer_error(self, direction: str, ftype: int, code: int) -> str | None:
+        sasl = code in SASL_FRAMES
+        if sasl != (ftype != AMQP_FRAME):
+            return f"frame_type_mismatch: a {'SASL' if sasl else 'AMQP'} performative in a frame of type {ftype}"
+        layer = self._layer[direction]
+        if layer is not None and layer != ("sasl" if sasl else "amqp"):
+            return f"layer_mismatch: a {'SASL' if sasl else 'AMQP'} frame after the {layer.upper()} protocol header"
+        return None
+
+    def _transfer(self, row: dict, direction: str, channel: int, args: dict, payload: memoryview) -> str | None:
+        if row["handle"] is None:
+            return "bad_transfer: no handle, so no link to reassemble the message on"
+        seq, delivery_id, completion, error = self._messages[direction].on_transfer(
+            (channel, row["handle"]), row["delivery_id"], row["delivery_tag_bin"], args.get("more"), args.get("aborted"), payload
+        )
+        row["message_seq"] = seq
+        if row["delivery_id"] is None:
+            row["delivery_id"] = delivery_id
+        if completion is not None:
+            sections, row["body_size"], row["body_sha256"], row["body_prefix"] = completion
+            row["properties_json"] = to_json(sections) if sections else None
+        return error
+
+    # -- safety -----------------------------------------------------------------------------
+    def _may_hold_secret(self, direction: str, offset: int, reason: str, raw: bytes) -> bool:
+        if not self.redact or direction != TO_SERVER or reason == "tls":
+            return False
+        if any(m in raw for m in _SECRET_MARKERS):
+            return True
+        # a run that does not show a SASL descriptor may still start inside one (after a gap,
+        # or a frame cut short): before the client's AMQP header, trust none
+        return self._secrets_end is None or offset < self._secrets_end
+
+
+def decode_streams(to_server: bytes = b"", to_client: bytes = b"", connection_id: str = "c", **options):
+    """Decode two whole direction streams at once: ``(frames, errors, facts)`` (for tests and tools)."""
+    return decode_both(Amqp10StreamDecoder, to_server, to_client, connection_id, **options)

@@ -1,0 +1,472 @@
+"""Job: capture files -> captures, connections, frames, decode_errors.
+
+spark-submit jobs/ingest_captures.py --input PATH [PATH ...] --lake DIR [--config F] [--set k=v]
+
+Reads each file in byte-range splits (one task per split), shuffles the
+packets by flow and reassembles TCP per flow; the decoding tasks write the
+connections, frames and decode_errors files themselves, and the driver commits
+them through the TableStore and then writes the captures rows: one Spark job. A capture whose rows were already committed with the same decoder
+version and config is skipped; the captures table is written last, so its
+row marks a capture as done.
+
+With ``lifecycle.fused`` (the default) the decoding tasks also run the
+lifecycle machines on each connection once its frames are decoded
+(``amqplens/lifecycle/fused.py``) and write deliveries, flow_events and
+request_responses; the driver commits them under the lifecycle job's own
+transaction ids (``lifecycle.app_id``), after the ingest's three tables and
+before captures (see ``_commit``), so the lifecycle job finds those captures
+done.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime as dt
+import functools
+import hashlib
+import json
+import logging
+import uuid
+
+from amqplens.decode import __version__
+from amqplens.decode import clock
+from amqplens.decode import pipeline
+from amqplens.decode.capture import plan_splits, sniff_format
+from amqplens.decode.codecs import DecodeOptions
+from amqplens.decode.tls import KeyLog
+from amqplens.lake import isolation
+from amqplens.jobs import lifecycle
+from amqplens import progress
+from amqplens.config import Config
+from amqplens.inputs import CaptureFile, InputError, capture_files
+from amqplens.lake.store import TableStore
+from amqplens.session import shuffle_partitions
+from amqplens.lake.staging import StagedTable, contract_batch, current_task
+from amqplens.contracts import CONNECTIONS, DECODE_ERRORS, FRAMES
+from amqplens.contracts.arrow import facts_struct, frame_struct
+from amqplens.contracts.tables import PROTOCOL_COLUMNS, PROTOCOL_FACT_KEYS
+
+log = logging.getLogger(__name__)
+JOB = "ingest_captures"
+EPOCH_DAY = clock.EPOCH_DAY
+
+
+@dataclasses.dataclass
+class IngestResult:
+    run_id: str
+    captures: list[dict]  # the captures rows written (or found done)
+    skipped: list[str]  # capture ids already ingested with this decoder version/config
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)  # capture id -> error, of captures that raised
+    lifecycle: list[str] = dataclasses.field(default_factory=list)  # capture ids whose lifecycle tables it committed (fused)
+
+
+
+def options_from(conf: Config) -> pipeline.Options:
+    return pipeline.Options(
+        decode_options=DecodeOptions(
+            field_table_letters=conf["decode.field_table_letters"],
+            max_error_bytes=conf["decode.max_error_bytes"],
+            body_prefix_bytes=conf["decode.body_prefix_bytes"],
+            redact_headers=tuple(conf["decode.redact_headers"]),
+            compiled=conf["decode.compiled"],
+        ),
+        frame_struct=frame_struct(),
+        facts_struct=facts_struct(),
+        batch_rows=conf["capture.batch_rows"],
+        amqp_ports=tuple(conf["capture.amqp_ports"]),
+        tls_ports=tuple(conf["capture.tls_ports"]),
+        sniff=conf["capture.sniff"],
+        max_ooo_bytes=conf["capture.max_ooo_buffer"],
+        history_bytes=conf["capture.retransmit_history"],
+        port_reuse_idle_s=conf["capture.port_reuse_idle_s"],
+        max_error_bytes=conf["decode.max_error_bytes"],
+    )
+
+
+def read_keylog(conf: Config) -> KeyLog | None:
+    """The key log files of ``capture.keylog``, or None; a file that cannot be read is an input error (exit 2)."""
+    paths = conf["capture.keylog"]
+    if not paths:
+        return None
+    try:
+        keys = KeyLog.read(paths)
+    except OSError as exc:
+        raise InputError(f"key log {exc.filename}: {exc.strerror}") from None
+    log.info("key log: %d TLS session(s), %d line(s) skipped", len(keys), keys.skipped_lines)
+    return keys
+
+
+def fingerprint(options: pipeline.Options) -> str:
+    """What the rows depend on besides the input bytes: decoder version, decode options and which TLS
+    sessions the key log covers (``KeyLog.fingerprint``: client randoms, never a secret)."""
+    keys = options.decode_options.key_log()
+    bare = dataclasses.replace(options, decode_options=dataclasses.replace(options.decode_options, tls_keys=None))
+    settings = {k: v for k, v in dataclasses.asdict(bare).items() if not k.endswith("_struct")}
+    if keys:
+        settings["tls_keys"] = keys.fingerprint()
+    settings["decode_options"].pop("compiled", None)  # the compiled path changes speed, not rows
+    text = json.dumps({"version": __version__, **settings}, sort_keys=True, default=str)
+    return f"{__version__}+{hashlib.blake2b(text.encode(), digest_size=6).hexdigest()}"
+
+
+def app_id(capture_id: str, fp: str) -> str:
+    return f"amqplens/{JOB}/{capture_id}/{fp}"
+
+
+def split_size_for(size: int, split_size: int, min_split_size: int, parallelism: int) -> int:
+    """The split size of one file: ``split_size``, or smaller so a small file still feeds every core.
+
+    A file under ``split_size`` would be one split and one busy core; cut it into
+    ``parallelism`` splits instead, but none under ``min_split_size`` (a split
+    costs a task and a resynchronisation).
+    """
+    per_core = -(-size // max(1, parallelism))
+    return max(1, min(split_size, max(per_core, min_split_size)))
+
+
+def _split_rows(files: list[CaptureFile], split_size: int, min_split_size: int = 0, parallelism: int = 1) -> list[tuple]:
+    rows = []
+    for f in files:
+        size = split_size_for(f.size, split_size, min_split_size, parallelism)
+        for i, (start, end) in enumerate(plan_splits(f.path, size)):
+            rows.append((f.capture_id, f.path, start, end, i))
+    return rows
+
+
+STAGED_FILE = "staged_file"  # kind of the flows rows that report a file a task wrote (meta: table, unit, path, rows)
+TASK_COUNTS = "task_counts"  # kind of the flows rows with a task's counts per capture (meta: CaptureCounts as JSON)
+STAGED_TABLES = ("connections", "frames", "decode_errors")  # what the decode tasks write themselves
+LIFECYCLE_FAILED = "lifecycle_failed"  # kind of the flows rows naming a capture the fused lifecycle left to the job (meta: why)
+
+
+def frame_rows(out):
+    """A stage-2 batch of frames as rows of the frames table (its data columns; capture_date is the partition's).
+
+    The job columns, as Spark would compute them: ``frame_id`` = connection,
+    ``s``/``c`` (to_server or not), stream offset joined by ``-``; ``ts`` from
+    ``ts_us``; ``source`` = capture.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    frame = out.column("frame")
+    to_server = pc.fill_null(pc.equal(frame.field("direction"), "to_server"), False)
+    letter = pc.if_else(to_server, pa.scalar("s"), pa.scalar("c"))
+    frame_id = pc.binary_join_element_wise(
+        frame.field("connection_id"), letter, pc.cast(frame.field("stream_offset"), pa.string()), "-", null_handling="skip"
+    )
+    return contract_batch(FRAMES, frame, {"frame_id": frame_id, "capture_id": out.column("capture_id"),
+                                          "source": _capture_source(out.num_rows)})
+
+
+def _capture_source(n: int):
+    import pyarrow as pa
+
+    return pa.array(["capture"] * n, pa.string())
+
+
+def connection_rows(out):
+    """A stage-2 batch of connections as rows of the connections table: the connection struct, the codec's facts
+    under their column names, ``start_ts``/``end_ts`` from microseconds, ``duration_us``, ``source`` = capture."""
+    import pyarrow.compute as pc
+
+    conn, facts = out.column("connection"), out.column("facts")
+    given = {c.name: facts.field(PROTOCOL_FACT_KEYS.get(c.name, c.name)) for c in PROTOCOL_COLUMNS}
+    given.update(capture_id=out.column("capture_id"), source=_capture_source(out.num_rows),
+                 duration_us=pc.subtract(conn.field("end_ts_us"), conn.field("start_ts_us")))
+    return contract_batch(CONNECTIONS, conn, given)
+
+
+def error_rows(out):
+    """A stage-2 batch of errors as rows of the decode_errors table (``ts`` from ``ts_us``)."""
+    return contract_batch(DECODE_ERRORS, out.column("error"), {"capture_id": out.column("capture_id")})
+
+
+@dataclasses.dataclass
+class CaptureCounts:
+    """What the captures row counts of one capture, added up per task and then over the tasks."""
+
+    connections: int = 0
+    packets_selected: int = 0
+    capture_errors: int = 0
+    first_error: str | None = None  # the detail of the capture-stage error at the smallest offset
+    first_error_offset: int | None = None
+
+    def add_connections(self, out) -> None:
+        import pyarrow.compute as pc
+
+        conn = out.column("connection")
+        self.connections += out.num_rows
+        self.packets_selected += pc.sum(pc.add(conn.field("packets_to_server"), conn.field("packets_to_client"))).as_py() or 0
+
+    def add_errors(self, out) -> None:
+        for e in out.column("error").to_pylist():
+            if e["stage"] == "capture":
+                self.capture_errors += 1
+                self._first(e["detail"], e["offset"])
+
+    def _first(self, detail, offset) -> None:
+        if detail is not None and (self.first_error_offset is None or offset < self.first_error_offset):
+            self.first_error, self.first_error_offset = detail, offset
+
+    def merge(self, other: "CaptureCounts") -> "CaptureCounts":
+        self.connections += other.connections
+        self.packets_selected += other.packets_selected
+        self.capture_errors += other.capture_errors
+        if other.first_error is not None:
+            self._first(other.first_error, other.first_error_offset)
+        return self
+
+
+def read_counted_splits(batches, options: pipeline.Options, read_bytes=None):
+    """``pipeline.read_splits``, adding each split's length to the ``read_bytes`` accumulator once it is read."""
+    def counted():
+        for batch in batches:
+            yield batch
+            if read_bytes is not None:
+                read_bytes.add(sum(r["end"] - r["start"] for r in batch.select(["start", "end"]).to_pylist()))
+
+    return pipeline.read_splits(counted(), options)
+
+
+def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, StagedTable], task: int | None = None,
+                     frames_decoded=None, lifecycle_staged: dict[str, StagedTable] | None = None,
+                     max_held_frames: int | None = None):
+    """``pipeline.decode_flows``, with its frames, connections and errors written to their tables' staging folders
+    by this task.
+
+    Frames are most of stage 2's rows, and the wide frames table is the costliest
+    thing Spark's row-by-row Parquet writer writes: here they go from Arrow to
+    Parquet in the worker and never cross into the JVM; connections and errors
+    go the same way, so the job needs no second pass over its output. What is
+    left passes through (split statistics), plus one ``staged_file`` row
+    (meta: table, unit, path, rows) per file and one ``task_counts`` row per
+    capture. ``frames_decoded``: an accumulator of the frames written (the CLI's progress line).
+
+    ``lifecycle_staged`` (the lifecycle tables' staging folders, by kind; the
+    fused lifecycle): the frames also go to the lifecycle machines, one whole
+    connection at a time, and their rows to those folders; a capture they
+    raised on gets a ``lifecycle_failed`` row (meta: why) instead of being committed.
+    """
+    import pyarrow as pa
+
+    task = current_task() if task is None else task
+    writers = {name: staged[name].writer(task) for name in STAGED_TABLES}
+    counts: dict[str, CaptureCounts] = collections.defaultdict(CaptureCounts)
+    schema = options.flows_schema
+    fused = life = None
+    if lifecycle_staged:
+        from amqplens.lifecycle.fused import ConnectionLifecycle
+
+        fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=options.batch_rows, max_held_rows=max_held_frames)
+        life = lifecycle.LifecycleWriters(lifecycle_staged, task)
+    for out in pipeline.decode_flows(batches, options):
+        kind = out.column(0)[0].as_py() if out.num_rows else None
+        cid = out.column(1)[0].as_py() if out.num_rows else None
+        if kind == "frame":
+            rows = frame_rows(out)
+            writers["frames"].write(cid, rows)
+            if fused:
+                _write_all(life, fused.frames(cid, rows))
+            if frames_decoded is not None:
+                frames_decoded.add(out.num_rows)
+        elif kind == "connection":
+            writers["connections"].write(cid, connection_rows(out))
+            counts[cid].add_connections(out)
+            if fused:
+                ids = out.column("connection").field("connection_id").to_pylist()
+                _write_all(life, fused.closed(cid, ids, out.column("meta").to_pylist()))
+        elif kind == "error":
+            writers["decode_errors"].write(cid, error_rows(out))
+            counts[cid].add_errors(out)
+        elif out.num_rows:
+            yield out
+    files = [(name, f) for name, writer in writers.items() for f in writer.close()]
+    if fused:
+        _write_all(life, fused.finish())
+        files += [(lifecycle_staged[kind].table, f) for kind, f in life.close()]
+        for cid, why in fused.failed.items():
+            yield pipeline.out_batch(schema, LIFECYCLE_FAILED, cid, 1, meta=pa.array([why], pa.string()))
+    for name, f in files:
+        meta = json.dumps({"table": name, **f})
+        yield pipeline.out_batch(schema, STAGED_FILE, f["unit"], 1, meta=pa.array([meta], pa.string()))
+    for cid, c in counts.items():
+        yield pipeline.out_batch(schema, TASK_COUNTS, cid, 1, meta=pa.array([json.dumps(dataclasses.asdict(c))], pa.string()))
+
+
+def _write_all(writers: "lifecycle.LifecycleWriters", batches) -> None:
+    for out in batches:
+        writers.write(out)
+
+
+def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> IngestResult:
+    """Ingest the capture files of ``inputs`` not done yet (or failed before); a capture that raises fails alone."""
+    return run_files(spark, conf, capture_files(inputs, conf["inputs.roots"]), run_id)
+
+
+def run_files(spark, conf: Config, files: list[CaptureFile], run_id: str | None = None) -> IngestResult:
+    """``run`` on captures already listed."""
+    run_id = run_id or uuid.uuid4().hex[:12]
+    store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
+    options = options_from(conf)
+    keys = read_keylog(conf)
+    fp = fingerprint(dataclasses.replace(options, decode_options=dataclasses.replace(options.decode_options, tls_keys=keys)))
+    if keys:  # read once here; the tasks get the secrets through a broadcast, nothing else carries them
+        options = dataclasses.replace(options, decode_options=dataclasses.replace(
+            options.decode_options, tls_keys=spark.sparkContext.broadcast(keys)))
+    apps = {f.capture_id: app_id(f.capture_id, fp) for f in files}
+    units, skipped = isolation.plan(store, apps, run_id)
+    for cid in skipped:
+        log.info("capture %s already ingested with %s; skipped", cid[:12], fp)
+    if not units:
+        return IngestResult(run_id, [], skipped)
+    by_id = {f.capture_id: f for f in files if f.capture_id in units}
+    fused: list[str] = []  # captures whose lifecycle tables _ingest committed
+
+    def ingest(ids):
+        return _ingest(spark, conf, store, [by_id[cid] for cid in ids], units, options, run_id, fp, fused)
+
+    done = isolation.isolated(JOB, list(by_id), ingest, lambda cid: ingest([cid]))
+    isolation.mark_failed(spark, store, done.failed, apps, run_id,
+                          rows={cid: _capture_row(by_id[cid], None, EPOCH_DAY, CaptureCounts(), 0, run_id, fp) for cid in done.failed})
+    return IngestResult(run_id, done.results, skipped, done.failed, [cid for cid in fused if cid not in done.failed])
+
+
+def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], units: dict[str, str], options, run_id: str,
+            fp: str, fused: list[str]) -> list[dict]:
+    """The captures ``todo`` through every stage of the job, written under ``units``; returns their captures rows.
+    With ``lifecycle.fused``, also their lifecycle tables; ``fused`` gets the ids of the captures they were committed for."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    units = {f.capture_id: units[f.capture_id] for f in todo}
+    split_rows = _split_rows(todo, conf["capture.split_size"], conf["capture.min_split_size"],
+                             spark.sparkContext.defaultParallelism)
+    splits = spark.sparkContext.parallelize(split_rows, max(1, len(split_rows))).toDF(
+        from_arrow_schema(pipeline.SPLITS_SCHEMA)
+    )
+    packets = splits.mapInArrow(
+        functools.partial(read_counted_splits, options=options, read_bytes=progress.counter(spark, "bytes read")),
+        from_arrow_schema(pipeline.PACKETS_OUT_SCHEMA),
+    )
+    staged = {name: store.stage(name, run_id) for name in STAGED_TABLES}
+    lifecycle_staged = lifecycle.stage_tables(store, run_id) if conf["lifecycle.fused"] else {}
+    flows = (
+        packets.repartition(shuffle_partitions(spark, conf), "flow_key")
+        .sortWithinPartitions("capture_id", "flow_key", "ts_us", "record_offset")
+        .mapInArrow(functools.partial(decode_and_stage, options=options, staged=staged,
+                                      frames_decoded=progress.counter(spark, "frames"), lifecycle_staged=lifecycle_staged,
+                                      max_held_frames=conf["lifecycle.fused_max_held_frames"]),
+                    from_arrow_schema(options.flows_schema))
+    )
+    try:
+        # the one Spark job: the tasks wrote the tables, what comes back is a few rows per task
+        meta_rows = flows.select("kind", "capture_id", "meta").collect()
+        per_capture = _merge_stats(r for r in meta_rows if r["kind"] == "split_stats")
+        counts = _merge_counts(r for r in meta_rows if r["kind"] == TASK_COUNTS)
+        files = [json.loads(r["meta"]) for r in meta_rows if r["kind"] == STAGED_FILE]
+        dates = {f.capture_id: _capture_date(per_capture.get(f.capture_id)) for f in todo}
+        partitions = {cid: {"capture_date": d.isoformat()} for cid, d in dates.items()}
+        n_splits = collections.Counter(row[0] for row in split_rows)
+        capture_rows = [_capture_row(f, per_capture.get(f.capture_id), dates[f.capture_id],
+                                     counts.get(f.capture_id, CaptureCounts()), n_splits[f.capture_id], run_id, fp) for f in todo]
+        lifecycle_units = {}
+        if lifecycle_staged:
+            left = {r["capture_id"]: r["meta"] for r in meta_rows if r["kind"] == LIFECYCLE_FAILED}
+            for cid, why in left.items():
+                log.warning("capture %s: the fused lifecycle raised (%s); the lifecycle job derives it", cid[:12], why)
+            # as the run's lifecycle stage, which leaves out the captures whose row says failed (nothing readable)
+            lifecycle_units = {r["capture_id"]: lifecycle.app_id(r["capture_id"], fp) for r in capture_rows
+                               if r["status"] != "failed" and r["capture_id"] not in left}
+        _commit(store, staged, lifecycle_staged, files, units, lifecycle_units, partitions, capture_rows, run_id)
+        fused += list(lifecycle_units)
+    finally:
+        for table_staged in (*staged.values(), *lifecycle_staged.values()):
+            store.discard_staged(table_staged)
+    return capture_rows
+
+
+def _commit(store: TableStore, staged, lifecycle_staged, files: list[dict], units: dict[str, str],
+            lifecycle_units: dict[str, str], partitions, capture_rows: list[dict], run_id: str) -> None:
+    """The commits of one ingest, in this order: connections, frames, decode_errors; with the fused lifecycle
+    deliveries, flow_events, request_responses (under the lifecycle job's transaction ids); captures last.
+
+    Each commit is skipped for the captures its table already holds, and the captures row marks a capture as
+    ingested (``isolation.plan``), so a run that dies between two commits is redone by the next run, which commits
+    only what is missing: the lifecycle tables too, before the captures row that would make the ingest skip the
+    capture. The lifecycle job's mark, request_responses, comes after the other two lifecycle tables, as in the job;
+    a capture whose lifecycle tables are left uncommitted (``lifecycle.fused`` off on the rerun, or the fused
+    machines raised) is derived by the lifecycle job from the committed frames.
+    """
+    for name in STAGED_TABLES:
+        store.commit_staged(staged[name], [f for f in files if f["table"] == name], units=units, run_id=run_id,
+                            partitions=partitions)
+    if lifecycle_units:
+        by_kind = {kind: [f for f in files if f["table"] == s.table] for kind, s in lifecycle_staged.items()}
+        lifecycle.commit(store, lifecycle_staged, by_kind, units=lifecycle_units, partitions=partitions, run_id=run_id)
+    store.write_rows("captures", capture_rows, units=units, run_id=run_id)
+
+
+def _merge_counts(rows) -> dict[str, CaptureCounts]:
+    merged: dict[str, CaptureCounts] = collections.defaultdict(CaptureCounts)
+    for row in rows:
+        merged[row["capture_id"]].merge(CaptureCounts(**json.loads(row["meta"])))
+    return merged
+
+
+def _merge_stats(rows) -> dict[str, pipeline.SplitStats]:
+    merged: dict[str, pipeline.SplitStats] = {}
+    for row in rows:
+        s = pipeline.stats_from_json(row["meta"])
+        merged[row["capture_id"]] = merged[row["capture_id"]].merge(s) if row["capture_id"] in merged else s
+    return merged
+
+
+def _capture_date(stats) -> dt.date:
+    return clock.utc_date(None if stats is None else stats.first_ts_us)
+
+
+def _sniffed(path: str) -> str | None:
+    try:
+        return sniff_format(path)
+    except OSError:  # gone or unreadable since it was listed: the row says failed, not the job
+        return None
+
+
+def _capture_row(f: CaptureFile, stats, date: dt.date, counts: CaptureCounts, splits: int, run_id: str, fp: str) -> dict:
+    ts = clock.utc_datetime
+    fmt = stats.format if stats and stats.format else (_sniffed(f.path) or "unknown")
+    records = stats.records if stats else 0
+    n_errors = counts.capture_errors
+    if records == 0 and (n_errors or f.size > 0):
+        status = "failed"
+    elif n_errors:
+        status = "partial"
+    else:
+        status = "ok"
+    error = counts.first_error if status != "ok" else None
+    if status == "failed" and not error:
+        error = "no packet records could be read"
+    if f.size == 0:
+        status, error = "failed", "the file is empty"
+    return {
+        "capture_id": f.capture_id,
+        "capture_date": date,
+        "path": f.path,
+        "size_bytes": f.size,
+        "format": fmt,
+        "link_types": sorted(stats.link_types) if stats else [],
+        "splits": splits,
+        "packets_total": records,
+        "packets_tcp": stats.tcp_packets if stats else 0,
+        "packets_selected": counts.packets_selected,
+        "ip_fragments": stats.ip_fragments if stats else 0,
+        "connections": counts.connections,
+        "capture_errors": n_errors,
+        "first_ts": ts(stats.first_ts_us) if stats else None,
+        "last_ts": ts(stats.last_ts_us) if stats else None,
+        "status": status,
+        "error": error,
+        "run_id": run_id,
+        "decoder_version": fp,
+    }

@@ -1,0 +1,196 @@
+"""The columns the cross-row checks of amqplens/contracts/expectations.py read, added to a table's run slice.
+
+Pure DataFrame -> DataFrame functions: each adds a column holding the offending
+value(s) as text, or null, so the expectation is "this column is null" and its
+failure samples show what was wrong. ``batch`` puts them together for one table.
+"""
+
+from __future__ import annotations
+
+from amqplens.contracts import ALL_TABLES, Table, table
+from amqplens.contracts import expectations as ex
+
+SOURCE_CAPTURE = "capture"  # rows read off the wire (other sources: logs and traces, whose times are not packet times)
+
+
+def _listed(parts):
+    """'a, b' of the non-null parts, or null when every part is null."""
+    from pyspark.sql import functions as F
+
+    text = F.concat_ws(", ", *parts)
+    return F.when(text != "", text)
+
+
+def _shown(column: str):
+    from pyspark.sql import functions as F
+
+    return F.concat(F.lit(f"{column}="), F.col(column).cast("string"))
+
+
+def with_required(t: Table, df):
+    from pyspark.sql import functions as F
+
+    return df.withColumn(ex.REQUIRED_NULL, _listed([F.when(F.col(c).isNull(), F.lit(c)) for c in ex.required_columns(t)]))
+
+
+def with_negative(t: Table, df):
+    from pyspark.sql import functions as F
+
+    return df.withColumn(ex.NEGATIVE, _listed([F.when(F.col(c) < 0, _shown(c)) for c in ex.non_negative_columns(t)]))
+
+
+def anomaly(t: Table):
+    """The anomaly a peer's traffic shows in a row of ``t`` (deliveries: its flags; flow_events: its reason unless
+    ``REASON_NOT_ANOMALY`` says otherwise), as text, else null; None for the other tables."""
+    from pyspark.sql import functions as F
+
+    if t.name == "deliveries":
+        return F.when(F.size(F.coalesce("flags", F.array().cast("array<string>"))) > 0, F.array_join("flags", ","))
+    if t.name == "flow_events":
+        benign = F.lit(False)
+        for event, reasons in ex.REASON_NOT_ANOMALY.items():
+            benign = benign | ((F.col("event") == event) & (F.lit(True) if reasons is None else F.col("reason").isin(*reasons)))
+        return F.when(F.col("reason").isNotNull() & ~benign, F.col("reason"))
+    return None
+
+
+def with_anomaly(t: Table, df):
+    column = anomaly(t)
+    return df if column is None else df.withColumn(ex.ANOMALY, column)
+
+
+def with_window(t: Table, df, captures, slack_s: int):
+    """Timestamps outside [first_ts - slack, last_ts + slack] of their capture; a bucket may start up to its length earlier.
+
+    Rows of another source (a log's line-number times) and captures without packets are not judged.
+    """
+    from pyspark.sql import functions as F
+
+    window = captures.select("capture_id", (F.unix_micros("first_ts") - slack_s * 1_000_000).alias("_lo"),
+                             (F.unix_micros("last_ts") + slack_s * 1_000_000).alias("_hi")).dropDuplicates(["capture_id"])
+    judged = F.col("source") == SOURCE_CAPTURE if "source" in t.column_names else F.lit(True)
+    bucket = F.col("bucket_seconds").cast("long") * 1_000_000 if "bucket_seconds" in t.column_names else F.lit(0)
+
+    def outside(c):
+        us = F.unix_micros(c)
+        lo = us + bucket if c == "bucket_start" else us
+        return judged & ((lo < F.col("_lo")) | (us > F.col("_hi")))
+
+    # rows: window has one row per capture (dropDuplicates): df
+    return (df.join(F.broadcast(window), "capture_id", "left")
+            .withColumn(ex.OUTSIDE_WINDOW, _listed([F.when(outside(c), _shown(c)) for c in ex.window_columns(t)]))
+            .drop("_lo", "_hi"))
+
+
+def with_reference(t: Table, df, column: str, target):
+    """``column``'s values (one, or each of an array) that ``target`` (a one-column DataFrame of distinct keys) lacks."""
+    from pyspark.sql import functions as F
+
+    keys = target.toDF("_ref")
+    out = ex.missing_column(column)
+    if t.column(column).type.startswith("array<"):
+        key = list(t.key)
+        # rows: the array's values; the anti join only drops; groupBy on the table key; the left join
+        # meets one row per key: df
+        values = df.select(*key, F.explode(column).alias("_value"))
+        missing = (values.join(keys, values["_value"] == keys["_ref"], "left_anti")
+                   .groupBy(*key).agg(F.concat_ws(", ", F.sort_array(F.collect_set("_value"))).alias(out)))
+        return df.join(missing, key, "left")
+    # rows: target holds distinct keys (one per _ref): df
+    return (df.join(keys, df[column] == keys["_ref"], "left")
+            .withColumn(out, F.when(F.col(column).isNotNull() & F.col("_ref").isNull(), F.col(column))).drop("_ref"))
+
+
+def with_connection_rows(captures, connections):
+    from pyspark.sql import functions as F
+
+    # rows: one count per capture, joined to its one captures row: captures
+    counts = connections.groupBy("capture_id").agg(F.count("*").alias(ex.CONNECTION_ROWS))
+    return captures.join(counts, "capture_id", "left").fillna(0, [ex.CONNECTION_ROWS])
+
+
+def with_accounting(connections, frames, decode_errors):
+    """Per decoded connection and direction, the bytes frames and decode_errors (codec and gaps; frame-stage rows repeat frame bytes)
+    account for, plus a TLS connection's record overhead (its frames count decrypted bytes).
+
+    Decoded: a captured connection whose dialect was found, in the clear or decrypted (the others have no frames to count).
+    """
+    from pyspark.sql import functions as F
+
+    from amqplens.decode.pipeline import STAGE_FRAME
+
+    def per_direction(df, measure, prefix):
+        return df.where(F.col("connection_id").isNotNull()).groupBy("connection_id").agg(
+            *(F.sum(F.when(F.col("direction") == d, F.col(measure))).alias(f"{prefix}{d}") for d in ex.TO_SERVER_CLIENT))
+
+    decoded = F.col("dialect").isNotNull() & (F.col("source") == SOURCE_CAPTURE)
+    # rows: each per_direction is grouped by connection_id, unique in connections: connections
+    df = (connections.join(per_direction(frames, "size", "_f_"), "connection_id", "left")
+          .join(per_direction(decode_errors.where(F.col("stage") != STAGE_FRAME), "length", "_e_"), "connection_id", "left"))
+    for d in ex.TO_SERVER_CLIENT:
+        covered = F.coalesce(f"_f_{d}", F.lit(0)) + F.coalesce(f"_e_{d}", F.lit(0)) + F.coalesce(f"tls_overhead_bytes_{d}", F.lit(0))
+        df = df.withColumn(ex.accounted(d), F.when(decoded, covered))
+    stream = sum(F.col(f"bytes_{d}") - F.col(f"missing_bytes_{d}") for d in ex.TO_SERVER_CLIENT)
+    codec = sum(F.coalesce(f"codec_error_bytes_{d}", F.lit(0)) for d in ex.TO_SERVER_CLIENT)
+    share = F.when(decoded & (stream > 0), codec / stream)
+    return df.withColumn(ex.CODEC_ERROR_SHARE, share).drop(*(f"_{p}_{d}" for p in "fe" for d in ex.TO_SERVER_CLIENT))
+
+
+def with_percentile_order(df):
+    from pyspark.sql import functions as F
+
+    cols = ("p50_us", "p90_us", "p99_us", "max_us")
+    broken = F.lit(False)
+    for a, b in zip(cols, cols[1:]):
+        broken = broken | (F.col(a) > F.col(b))
+    return df.withColumn(ex.PERCENTILES_UNORDERED, F.when(broken, _listed([_shown(c) for c in cols])))
+
+
+class RunTables:
+    """The run's slice of every table, and the projections several checks share, each computed once and cached."""
+
+    def __init__(self, store, ids: list[str]):
+        from pyspark.sql import functions as F
+
+        self.store = store
+        self.slices = {name: store.read(name).where(F.col(t.replace_by[0]).isin(ids)) for name, t in ALL_TABLES.items()}
+        self._cached: dict = {}
+
+    def _cache(self, name, make):
+        if name not in self._cached:
+            self._cached[name] = make().persist()
+        return self._cached[name]
+
+    def keys(self, target: str, *, whole_table: bool = False):
+        """The key column of ``target``: of the run's slice, or of the whole table (rows of a log name any capture's)."""
+        (key,) = table(target).key
+        source = self.store.read(target) if whole_table else self.slices[target]
+        return self._cache(("keys", target, whole_table), lambda: source.select(key).distinct())
+
+    def close(self) -> None:
+        for df in self._cached.values():
+            df.unpersist()
+        self._cached.clear()
+
+
+def batch(t: Table, tables: RunTables, conf):
+    """Table ``t``'s run slice with the columns its suite reads and no other, in few partitions (GX runs many small
+    jobs): the extra columns are computed from the whole row, then the batch keeps only what the checks read, so the
+    cache holds a few columns (frames has over 70) and the scan reads only the columns the extras need."""
+    from amqplens.session import shuffle_partitions
+
+    slices = tables.slices
+    df = slices[t.name]
+    if t.name == "captures":
+        df = with_connection_rows(df, slices["connections"])
+    elif t.name == "connections":
+        df = with_accounting(df, slices["frames"], slices["decode_errors"])
+    elif t.name == "metrics_latency":
+        df = with_percentile_order(df)
+    df = with_anomaly(t, with_negative(t, with_required(t, df)))
+    if ex.window_columns(t):
+        df = with_window(t, df, slices["captures"], conf["validate.window_slack_s"])
+    for column, target in ex.references(t).items():
+        # a capture's rows name rows of the same capture; a log's may name any capture's connection
+        df = with_reference(t, df, column, tables.keys(target, whole_table=t.replace_by != ("capture_id",)))
+    return df.select(*ex.suite_columns(t, ex.Settings.from_config(conf))).coalesce(shuffle_partitions(df.sparkSession, conf))

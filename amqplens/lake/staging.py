@@ -1,0 +1,146 @@
+"""Table files written by the executors' Python tasks themselves, for the driver's TableStore to commit.
+
+Only pyarrow and the contracts: a task that writes here needs neither Spark's
+writer nor delta-rs. ``TableStore.stage`` names a staging folder,
+``StagedWriter`` fills it, ``TableStore.commit_staged`` places and commits the
+files (amqplens/lake/store.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import urllib.parse
+from collections.abc import Mapping
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from amqplens.contracts import Table, table as table_def
+
+STAGING = "_staging"
+REPLACE_DIR = "_rk"  # staging sub-folder per replace-key value: <table>/_staging/<folder>/_rk=<unit>/
+# Rows per Parquet row group. A writer holds its group as Arrow (frames ~650 bytes a row, deliveries ~700)
+# until it is encoded at once, so this bounds a worker's extra memory (~10 MB per open file) more than it
+# shapes the reads; the lifecycle tasks keep three files open.
+GROUP_ROWS = 16384
+
+
+class SchemaMismatch(ValueError):
+    pass
+
+
+def filesystem(root_uri: str) -> tuple[pafs.FileSystem, str]:
+    return pafs.FileSystem.from_uri(root_uri if "://" in root_uri else "file://" + root_uri)
+
+
+def contract_batch(t: Table, struct, given: Mapping[str, pa.Array]) -> pa.RecordBatch:
+    """The rows of a batch function's struct column as ``t``'s data columns (no partition column), by name.
+
+    A column comes from ``given`` (the job's own columns), else from the struct
+    field of its name, else, for a timestamp column, from the struct's
+    ``<name>_us`` microseconds (what Spark's ``timestamp_micros`` gives); a
+    nullable column found nowhere is null. Types are the contract's; the
+    writer casts and refuses what does not fit.
+    """
+    names = set(struct.type.names)
+    n = len(struct)
+    arrays = []
+    for c in t.data_columns():
+        if c.name in given:
+            arrays.append(given[c.name])
+        elif c.name in names:
+            arrays.append(struct.field(c.name))
+        elif c.type == "timestamp" and f"{c.name}_us" in names:
+            arrays.append(struct.field(f"{c.name}_us").cast(c.arrow_type))
+        elif c.nullable:
+            arrays.append(pa.nulls(n, c.arrow_type))
+        else:
+            raise SchemaMismatch(f"table {t.name}: no values for column {c.name}")
+    return pa.RecordBatch.from_arrays(arrays, names=[c.name for c in t.data_columns()])
+
+
+def current_task() -> int:
+    """The Spark partition number of the task running this code (0 outside Spark): what names a task's files."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class StagedTable:
+    """A staging folder that executors fill with a table's Parquet files themselves (picklable, sent to tasks).
+
+    The Spark path (``TableStore.write``) hands a DataFrame to Spark's row-by-row
+    Parquet writer. A batch function that already holds the table's rows as
+    Arrow writes them with ``StagedWriter`` instead, column by column, and the
+    rows never cross into the JVM; ``TableStore.commit_staged`` then places
+    and commits the files like any others.
+    """
+
+    table: str
+    root: str  # the lake root URI
+    folder: str  # under <table>/_staging/
+
+    def writer(self, task: int, group_rows: int = GROUP_ROWS) -> "StagedWriter":
+        return StagedWriter(self, task, group_rows)
+
+
+class StagedWriter:
+    """Writes Arrow batches of one table into a staging folder: one file per (task, unit) in ``_rk=<unit>/``.
+
+    File names depend only on the task's partition number, so a retried task
+    replaces its earlier attempt's files instead of adding to them, and a file
+    appears under its name only once complete (written under a temporary name,
+    then renamed). Batches are gathered into row groups of ``group_rows``.
+    """
+
+    def __init__(self, staged: StagedTable, task: int, group_rows: int = GROUP_ROWS):
+        self.t = table_def(staged.table)
+        self.fs, root_path = filesystem(staged.root)
+        self.dir = "/".join([root_path, staged.table, STAGING, staged.folder])
+        self.schema = pa.schema([pa.field(c.name, c.arrow_type) for c in self.t.data_columns()])
+        self.task, self.group_rows = task, group_rows
+        self.files: dict[str, dict] = {}  # unit -> {writer, tmp, rel, pending, pending_rows, rows}
+
+    def write(self, unit: str, batch: pa.RecordBatch) -> None:
+        """Add rows of ``unit`` (a replace-key value); the batch must hold the table's data columns."""
+        missing = [f.name for f in self.schema if f.name not in batch.schema.names]
+        if missing:
+            raise SchemaMismatch(f"table {self.t.name}: staged rows lack {', '.join(missing)}")
+        try:
+            cols = [batch.column(f.name).cast(f.type) for f in self.schema]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SchemaMismatch(f"table {self.t.name}: staged rows do not fit the contract's types ({exc})") from exc
+        f = self.files.get(unit)
+        if f is None:
+            rel = f"{REPLACE_DIR}={urllib.parse.quote(unit, safe='')}/part-t{self.task:05d}.parquet"
+            tmp = f"{self.dir}/{rel}.tmp"
+            self.fs.create_dir(tmp.rsplit("/", 1)[0], recursive=True)
+            f = self.files[unit] = {"rel": rel, "tmp": tmp, "pending": [], "pending_rows": 0, "rows": 0,
+                                    "writer": pq.ParquetWriter(tmp, self.schema, filesystem=self.fs, compression="snappy")}
+        f["pending"].append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
+        f["pending_rows"] += batch.num_rows
+        if f["pending_rows"] >= self.group_rows:
+            self._flush(f)
+
+    def _flush(self, f: dict) -> None:
+        if f["pending_rows"]:
+            f["writer"].write_table(pa.Table.from_batches(f["pending"], self.schema), row_group_size=f["pending_rows"])
+            f["rows"] += f["pending_rows"]
+        f["pending"], f["pending_rows"] = [], 0
+        # the group's buffers are free now: hand the allocator's free pages back (malloc_trim with the system
+        # pool), or a worker's RSS keeps the high-water mark of every task it ran
+        pa.default_memory_pool().release_unused()
+
+    def close(self) -> list[dict]:
+        """Finish every file; returns ``{"unit", "path", "rows"}`` per file, path relative to the staging folder."""
+        done = []
+        for unit, f in self.files.items():
+            self._flush(f)
+            f["writer"].close()
+            self.fs.move(f["tmp"], f"{self.dir}/{f['rel']}")
+            done.append({"unit": unit, "path": f["rel"], "rows": f["rows"]})
+        self.files = {}
+        return done

@@ -1,0 +1,419 @@
+"""The lake: Delta tables written by Spark executors and committed by delta-rs.
+
+Maven is out of reach, so Spark has no Delta jars here. Executors write plain
+Parquet into a staging folder inside the table (Spark's writer, or the Python
+tasks themselves through amqplens/lake/staging.py); the driver moves the files
+into the table's partition folders and commits them with delta-rs in one
+transaction that also removes the files being replaced. Each commit carries
+an application transaction id per (job, input unit): when a table already
+holds that id, the write is skipped, so a repeated run leaves the table
+version unchanged and a run that died between two tables' commits resumes
+where it stopped.
+
+Rows are replaced per ``Table.replace_by`` value (a capture): the writer puts
+each replace-key value in files of its own, so replacing one capture is an
+exact remove+add of whole files, never a rewrite.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import urllib.parse
+import uuid
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, Schema
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction, create_table_with_add_actions
+
+from amqplens.lake.staging import REPLACE_DIR as _REPLACE_DIR
+from amqplens.lake.staging import STAGING, SchemaMismatch, StagedTable
+from amqplens.lake.staging import filesystem as _filesystem
+from amqplens.contracts import Table, table as table_def
+
+log = logging.getLogger(__name__)
+
+COMMIT_ATTEMPTS = 5  # commits tried when other writers keep committing first: a few concurrent runs, not a storm
+# "commit:<table>": the process kills itself (SIGKILL) right after committing that table. For the crash-restart test,
+# which needs a run to die between two commits that follow each other within milliseconds.
+FAILPOINT_ENV = "AMQPLENS_FAILPOINT"
+
+
+def _failpoint(event: str, name: str) -> None:
+    if os.environ.get(FAILPOINT_ENV) == f"{event}:{name}":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class LakeConflict(RuntimeError):
+    pass
+
+
+def _partition_str(value) -> str | None:
+    return None if value is None else value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def _to_uri(root: str) -> str:
+    if "://" in root:
+        return root.rstrip("/")
+    return os.path.abspath(root)
+
+
+def conform(df, table: Table):
+    """Cast a DataFrame's columns to the contract's types (the TableStore then checks them strictly)."""
+    from pyspark.sql import functions as F
+
+    return df.select(*[F.col(c.name).cast(c.spark_type()).alias(c.name) for c in table.columns])
+
+
+class TableStore:
+    def __init__(self, spark, root: str, *, staging_max_age_hours: int = 1):
+        self.spark = spark
+        self.root = _to_uri(root)
+        self.staging_max_age_s = staging_max_age_hours * 3600
+        self.fs, self._root_path = _filesystem(self.root)
+
+    # ----------------------------------------------------------------- paths
+    def uri(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def _path(self, name: str, *parts: str) -> str:
+        return "/".join([self._root_path, name, *parts])
+
+    def delta(self, name: str) -> DeltaTable | None:
+        try:
+            return DeltaTable(self.uri(name))
+        except TableNotFoundError:
+            return None
+
+    def version(self, name: str) -> int | None:
+        dt = self.delta(name)
+        return None if dt is None else dt.version()
+
+    def committed(self, name: str, app_id: str) -> bool:
+        dt = self.delta(name)
+        return dt is not None and dt.transaction_version(app_id) is not None
+
+    # ------------------------------------------------------------------ read
+    def read(self, name: str):
+        """A Spark DataFrame of the table's current snapshot (empty if the table does not exist)."""
+        t = table_def(name)
+        schema = t.spark_schema()
+        dt = self.delta(name)
+        files = dt.file_uris() if dt is not None else []
+        if not files:
+            return self.spark.createDataFrame([], schema)
+        df = self.spark.read.schema(schema).option("basePath", self.uri(name)).parquet(*files)
+        return df.select(*t.column_names)
+
+    def read_arrow(self, name: str, columns: Sequence[str], units=None, *, threads: bool = False) -> pa.Table:
+        """The current snapshot's ``columns`` of the rows whose ``replace_by`` value is one of ``units`` (None: every
+        row), read by delta-rs on the driver: no Spark job, for a stage that only looks a few rows up (the captures
+        table holds one row per capture). Empty, with no columns, if the table does not exist.
+
+        ``threads``: scan with Arrow's thread pool. Off by default: a lookup is the last thing a run does before the
+        interpreter exits, and a scan's threads still winding down then abort the process (``terminate called
+        without an active exception``, exit 134: 6 of 10 runs of a session plus a lookup, none without threads).
+        """
+        import pyarrow.compute as pc
+
+        dt = self.delta(name)
+        if dt is None:
+            return pa.table({})
+        (rkey,) = table_def(name).replace_by
+        data = dt.to_pyarrow_dataset()
+        wanted = None if units is None else pc.field(rkey).isin(pa.array(list(units), data.schema.field(rkey).type))
+        return data.to_table(columns=list(columns), use_threads=threads, filter=wanted)
+
+    def rows(self, name: str, units) -> int:
+        """Rows the table holds for these ``replace_by`` values, from the Delta log's file statistics (no Spark job).
+
+        Every file amqplens writes holds one unit and says so in its min/max statistics (``_place_files``).
+        """
+        dt = self.delta(name)
+        if dt is None:
+            return 0
+        (rkey,) = table_def(name).replace_by
+        actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
+        wanted = set(units)
+        return sum(n for n, lo in zip(actions.get("num_records", []), actions.get(f"min.{rkey}", [])) if lo in wanted)
+
+    # ----------------------------------------------------------------- write
+    def check_schema(self, t: Table, df) -> None:
+        want = {f.name: f.dataType for f in t.spark_schema().fields}
+        have = {f.name: f.dataType for f in df.schema.fields}
+        for col in t.column_names:
+            if col not in have:
+                raise SchemaMismatch(f"table {t.name}: column {col} is missing (contract type {want[col].simpleString()})")
+            if have[col] != want[col]:
+                raise SchemaMismatch(
+                    f"table {t.name}: column {col} has type {have[col].simpleString()}, "
+                    f"the contract in amqplens/contracts/ says {want[col].simpleString()}"
+                )
+        extra = [c for c in have if c not in want]
+        if extra:
+            raise SchemaMismatch(f"table {t.name}: columns not in the contract: {', '.join(extra)}")
+
+    def write(self, name: str, df, *, units: Mapping[str, str], run_id: str | None = None) -> bool:
+        """Replace the rows of each unit (a ``replace_by`` value) with ``df``'s rows, in one commit.
+
+        ``units`` maps each replace-key value written (e.g. a capture_id) to the
+        application transaction id of (job, that input). Units whose id the
+        table already holds are skipped. Returns True if a commit was made.
+        """
+        return self.write_many([(name, df)], units=units, run_id=run_id)[name]
+
+    def write_many(self, tables: Sequence[tuple[str, object]], *, units: Mapping[str, str], run_id: str | None = None,
+                   parallel: int = 1) -> dict[str, bool]:
+        """``write`` for several tables: Spark writes their rows (``parallel`` queries at a time, from driver
+        threads), then each is committed in the order given, the last one last (a job's last table marks its units
+        done). If any table's rows fail, nothing is committed. Returns table -> whether a commit was made.
+
+        A table's rows are a DataFrame or a function that builds it: a builder runs in the query's own thread, so
+        that one query's construction (each DataFrame call is a round trip to the JVM, analysed there) overlaps
+        the others' construction and execution.
+
+        Queries at a time: on a small run each query's cost is planning and scheduling, which overlap; on a
+        large one they share the executors' cores as one query's stages would.
+        """
+        run_id = run_id or uuid.uuid4().hex[:12]
+        staged: dict[str, tuple | None] = {}
+        try:
+            if parallel > 1 and len(tables) > 1:
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="amqplens-write") as pool:
+                    futures = {name: pool.submit(self._stage_rows, name, df, units, run_id) for name, df in tables}
+                    for name, _ in tables:  # every query ends (or fails) before anything is committed or dropped
+                        futures[name].exception()
+                    for name, _ in tables:
+                        staged[name] = futures[name].result()
+            else:
+                for name, df in tables:
+                    staged[name] = self._stage_rows(name, df, units, run_id)
+            done = {}
+            for name, _ in tables:
+                st = staged[name]
+                done[name] = st is not None and self._commit_retrying(*st[:4], run_id)
+            return done
+        finally:
+            for name, st in staged.items():
+                if st is not None:
+                    self._drop_dir(st[4])
+
+    def _stage_rows(self, name: str, df, units: Mapping[str, str], run_id: str):
+        """Spark writes ``df``'s rows of the pending units into a staging folder, placed as the table's files (not
+        committed): (table, snapshot, adds, pending units, staging folder), or None when every unit is committed."""
+        t = table_def(name)
+        if callable(df):
+            df = df()
+        self.check_schema(t, df)
+        df = df.select(*t.column_names)
+        dt = self.delta(name)
+        pending = {k: a for k, a in units.items() if dt is None or dt.transaction_version(a) is None}
+        if not pending:
+            log.info("table %s: every unit already committed, nothing to do", name)
+            return None
+        (rkey,) = t.replace_by
+        from pyspark.sql import functions as F
+
+        df = df.where(F.col(rkey).isin(list(pending)))
+        self._clean_staging(name)
+        token = uuid.uuid4().hex[:8]
+        staging = self._path(name, STAGING, f"{run_id}-{token}")
+        try:
+            (
+                df.withColumn(_REPLACE_DIR, F.col(rkey))
+                .write.mode("overwrite")
+                .partitionBy(*t.partition_by, _REPLACE_DIR)
+                .parquet(f"{self.uri(name)}/{STAGING}/{run_id}-{token}")
+            )
+            # A run's jobs share its run id and may write the same table and partition (captures, then logs):
+            # the write's own token keeps their file names apart.
+            adds = self._place_files(t, staging, f"{run_id}-{token}")
+        except BaseException:
+            self._drop_dir(staging)
+            raise
+        return t, dt, adds, pending, staging
+
+    def stage(self, name: str, run_id: str) -> StagedTable:
+        """A staging folder of ``name`` for executors that write the table's files themselves (``StagedWriter``)."""
+        table_def(name)
+        self._clean_staging(name)
+        return StagedTable(name, self.root, f"{run_id}-{uuid.uuid4().hex[:8]}")
+
+    def commit_staged(self, staged: StagedTable, files: list[dict], *, units: Mapping[str, str],
+                      partitions: Mapping[str, Mapping[str, str]], run_id: str) -> bool:
+        """Place and commit the staged files the tasks reported (``StagedWriter.close``), like ``write`` does.
+
+        Only the reported files count (a file of a failed task attempt that no
+        successful attempt reported is left out); ``partitions`` gives each
+        unit's partition values, which the executors did not know. Units the
+        table already holds are skipped. The staging folder is removed.
+        """
+        t = table_def(staged.table)
+        staging = self._path(t.name, STAGING, staged.folder)
+        try:
+            dt = self.delta(t.name)
+            pending = {k: a for k, a in units.items() if dt is None or dt.transaction_version(a) is None}
+            if not pending:
+                log.info("table %s: every unit already committed, nothing to do", t.name)
+                return False
+            listed = {f["path"] for f in files if f["unit"] in pending}
+            adds = self._place_files(t, staging, staged.folder, partitions=partitions, only=listed)
+            return self._commit_retrying(t, dt, adds, pending, run_id)
+        finally:
+            self._drop_dir(staging)
+
+    def write_rows(self, name: str, rows: list[dict], *, units: Mapping[str, str], run_id: str) -> bool:
+        """``write`` for a few rows the driver holds (e.g. one captures row per file): written with pyarrow, no Spark job."""
+        t = table_def(name)
+        (rkey,) = t.replace_by
+        staged = self.stage(name, run_id)
+        writer = staged.writer(0)
+        schema = pa.schema([pa.field(c.name, c.arrow_type) for c in t.data_columns()])
+        partitions = {}
+        for row in rows:
+            writer.write(row[rkey], pa.RecordBatch.from_pylist([row], schema=schema))
+            partitions[row[rkey]] = {k: _partition_str(row[k]) for k in t.partition_by}
+        try:
+            return self.commit_staged(staged, writer.close(), units=units, partitions=partitions, run_id=run_id)
+        finally:
+            self.discard_staged(staged)
+
+    def discard_staged(self, staged: StagedTable) -> None:
+        self._drop_dir(self._path(staged.table, STAGING, staged.folder))
+
+    def _drop_dir(self, path: str) -> None:
+        self.fs.delete_dir_contents(path, missing_dir_ok=True)
+        try:
+            self.fs.delete_dir(path)
+        except (FileNotFoundError, OSError):
+            pass
+
+    def _place_files(self, t: Table, staging: str, token: str, *, partitions: Mapping[str, Mapping[str, str]] | None = None,
+                     only: set[str] | None = None) -> list[AddAction]:
+        selector = pafs.FileSelector(staging, recursive=True, allow_not_found=True)
+        infos = [i for i in self.fs.get_file_info(selector) if i.is_file and i.path.endswith(".parquet")]
+        if only is not None:
+            infos = [i for i in infos if i.path[len(staging) + 1 :] in only]
+        adds = []
+        for n, info in enumerate(sorted(infos, key=lambda i: i.path)):
+            rel = info.path[len(staging) + 1 :]
+            parts = dict(urllib.parse.unquote(p).split("=", 1) for p in rel.split("/")[:-1])
+            unit = parts.pop(_REPLACE_DIR)
+            parts = {**(partitions or {}).get(unit, {}), **parts}
+            part_dirs = "/".join(f"{k}={urllib.parse.quote(parts[k], safe='')}" for k in t.partition_by)
+            rel_dest = f"{part_dirs}/part-{token}-{n:05d}.parquet"
+            dest = self._path(t.name, rel_dest)
+            self.fs.create_dir(dest.rsplit("/", 1)[0], recursive=True)
+            self.fs.move(info.path, dest)
+            meta = pq.read_metadata(dest, filesystem=self.fs)
+            (rkey,) = t.replace_by
+            stats = {"numRecords": meta.num_rows, "minValues": {rkey: unit}, "maxValues": {rkey: unit}, "nullCount": {rkey: 0}}
+            adds.append(
+                AddAction(
+                    path=rel_dest,
+                    size=self.fs.get_file_info(dest).size,
+                    partition_values={k: (None if parts[k] == "__HIVE_DEFAULT_PARTITION__" else parts[k]) for k in t.partition_by},
+                    modification_time=int(time.time() * 1000),
+                    data_change=True,
+                    stats=json.dumps(stats),
+                )
+            )
+        return adds
+
+    def _removals(self, t: Table, dt: DeltaTable | None, units: set[str]) -> list[RemoveAction]:
+        if dt is None:
+            return []
+        (rkey,) = t.replace_by
+        actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
+        lo, hi = actions.get(f"min.{rkey}", []), actions.get(f"max.{rkey}", [])
+        removes = []
+        now = int(time.time() * 1000)
+        for i, path in enumerate(actions.get("path", [])):
+            if lo[i] is None or hi[i] is None:
+                raise LakeConflict(f"table {t.name}: file {path} has no {rkey} statistics; it was not written by amqplens")
+            if lo[i] == hi[i] and lo[i] in units:
+                removes.append(
+                    RemoveAction(
+                        path=path,
+                        data_change=True,
+                        deletion_timestamp=now,
+                        size=actions["size_bytes"][i],
+                        partition_values={k: _partition_str(actions[f"partition.{k}"][i]) for k in t.partition_by},
+                    )
+                )
+            elif lo[i] != hi[i] and any(lo[i] <= u <= hi[i] for u in units):
+                raise LakeConflict(f"table {t.name}: file {path} mixes several {rkey} values and cannot be replaced file-wise")
+        return removes
+
+    def _commit_retrying(self, t: Table, dt, adds, pending: Mapping[str, str], run_id: str) -> bool:
+        """Commit; when another writer committed first, re-read the table and try again (``COMMIT_ATTEMPTS``).
+
+        The placed files stay valid: the retry only recomputes which files the units replace. If the
+        other writer committed these very units (same transaction ids), ours are redundant and removed.
+        """
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                self._commit(t, dt, adds, self._removals(t, dt, set(pending)), pending, run_id)
+                _failpoint("commit", t.name)
+                return True
+            except LakeConflict as exc:
+                dt = self.delta(t.name)
+                if dt is not None and all(dt.transaction_version(a) is not None for a in pending.values()):
+                    log.info("table %s: another writer committed the same units first; run %s adds nothing", t.name, run_id)
+                    for add in adds:
+                        self.fs.delete_file(self._path(t.name, add.path))
+                    return False
+                if attempt == COMMIT_ATTEMPTS:
+                    raise LakeConflict(f"{exc} (tried {COMMIT_ATTEMPTS} times)") from exc.__cause__
+                log.warning("table %s: %s; retrying on the new snapshot (attempt %d)", t.name, exc, attempt + 1)
+
+    def _commit(self, t, dt, adds, removes, pending: Mapping[str, str], run_id: str) -> None:
+        props = CommitProperties(
+            app_transactions=[Transaction(app_id=a, version=1) for a in sorted(pending.values())],
+            custom_metadata={"amqplens.run_id": run_id, "amqplens.units": ",".join(sorted(pending))},
+            # delta-rs would otherwise retry a lost commit itself, blind to our transaction ids: two runs of the
+            # same capture would both land (duplicate rows). _commit_retrying re-checks the ids and retries.
+            max_commit_retries=0,
+        )
+        schema = Schema.from_arrow(t.arrow_schema())
+        try:
+            if dt is None:
+                create_table_with_add_actions(
+                    self.uri(t.name), schema, adds, mode="error", partition_by=list(t.partition_by),
+                    name=t.name, description=t.doc, commit_properties=props,
+                )
+            else:
+                dt.create_write_transaction(
+                    adds + removes, mode="append", schema=schema, partition_by=list(t.partition_by), commit_properties=props
+                )
+        except (CommitFailedError, DeltaError) as exc:
+            raise LakeConflict(
+                f"table {t.name}: the commit of run {run_id} failed ({exc}); another writer may have changed the "
+                "same captures at the same time. Nothing was changed by this run; run it again."
+            ) from exc
+
+    def _clean_staging(self, name: str) -> None:
+        """Remove staging folders of crashed runs (older than the configured age)."""
+        base = self._path(name, STAGING)
+        now = time.time()
+        for info in self.fs.get_file_info(pafs.FileSelector(base, allow_not_found=True)):
+            mtime = info.mtime.timestamp() if info.mtime else now
+            if info.type == pafs.FileType.Directory and now - mtime >= self.staging_max_age_s:
+                self.fs.delete_dir(info.path)
+
+    def vacuum(self, name: str, retention_hours: int = 168) -> list[str]:
+        """Delete files no snapshot within the retention references (orphans of crashed commits included)."""
+        dt = self.delta(name)
+        if dt is None:
+            return []
+        return dt.vacuum(retention_hours=retention_hours, enforce_retention_duration=False, dry_run=False)

@@ -1,0 +1,194 @@
+"""The lifecycle inside the decode task: each connection's machines run once its frames are all decoded.
+
+The decode task (``pipeline.decode_flows``) holds every packet of a TCP flow,
+so every frame of a connection; running the machines there saves the lifecycle
+job its re-read of the frames table, its shuffle by connection and Spark's
+row-to-Arrow conversion of the wide frame rows. ``ConnectionLifecycle`` takes
+the task's frame batches (frames-table rows, several connections and captures
+interleaved as the decoder gives them) and keeps each connection's frames until
+the decoder says they are all out (a ``connection`` row's ``frames_through``,
+see ``pipeline._FlowDecoder.drain``). Whole connections gather until they hold
+``batch_rows`` frames (one large connection alone is enough), then go to the
+machines together, sorted as the lifecycle job sorts its partitions
+(``connection_id`` then ``SORT_KEYS``): a capture of 10,000 short connections
+pays one sort and one row conversion per batch, not per connection. So the task
+holds the frames of the connections not yet whole (one per capture while the
+decoder streams through a flow) and fewer than ``batch_rows`` frames of whole
+ones: bounded by the largest connection, not by the task; and only the columns
+the machines read, those a batch leaves all null not at all.
+
+The rows are those of ``lifecycle_batches`` on the same frames, in another
+order (``tests/lifecycle/test_fused.py``, ``tests/e2e/test_fused_lifecycle.py``).
+A capture on which the machines raise, or whose frames break the contract above
+(a frame of a connection already whole), is named in ``failed`` and dropped
+from then on: its rows must not be committed, and the lifecycle job derives it
+again from the frames table (failing it alone there, as without this module).
+When the machines raise, every capture of the connections fed with the culprit
+is failed so: which rows of that batch came out whole is not worth knowing for
+a bug that should never happen, and the job gives the same rows for the others.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from amqplens.lifecycle.batches import FRAME_COLUMNS, LifecycleBatcher
+from amqplens.lifecycle.runner import LifecycleOptions
+from amqplens.decode.pipeline import use_system_memory_pool
+
+log = logging.getLogger(__name__)
+
+READ_COLUMNS = (*FRAME_COLUMNS, "ts")  # what the machines read, as the frames table holds it (ts, not ts_us)
+# the lifecycle job's sortWithinPartitions after its shuffle by connection_id (amqplens/jobs/lifecycle.py), after connection_id;
+# the last key only orders the two directions' frames of equal time and offset, so the order never depends on the input's
+SORT_KEYS = ("ts", "stream_offset", "direction")
+
+
+
+class ConnectionLifecycle:
+    """Frames-table batches of whole connections in, ``lifecycle_batches`` output batches out (see the module doc)."""
+
+    def __init__(self, delivery_struct: pa.StructType, flow_event_struct: pa.StructType,
+                 request_response_struct: pa.StructType, options: LifecycleOptions = LifecycleOptions(),
+                 batch_rows: int = 8192, max_held_rows: int | None = None) -> None:
+        use_system_memory_pool()
+        self.out = LifecycleBatcher(delivery_struct, flow_event_struct, request_response_struct, options, batch_rows)
+        self.batch_rows = batch_rows
+        # frames held of connections not yet whole, at most: a long-lived connection's frames would otherwise stay in
+        # the task for the whole capture (1.3 GB at 1 GB of 8 long connections); beyond, the capture goes to the job
+        self.max_held_rows = max_held_rows
+        self.held_rows = 0
+        self.types: dict[str, pa.DataType] = {}  # the READ_COLUMNS the frame batches have, with their types
+        self.held: dict[str, list[pa.RecordBatch]] = {}  # connection -> its frames so far (the batches' non-null columns)
+        self.capture_of: dict[str, str] = {}  # connection -> capture, while held or ready
+        self.seen: collections.Counter = collections.Counter()  # capture -> frame rows received
+        self.waiting: dict[str, collections.deque] = collections.defaultdict(collections.deque)  # capture -> (through, ids)
+        self.ready: dict[str, list[pa.RecordBatch]] = {}  # whole connections not fed yet
+        self.ready_rows = 0
+        self.done: set[str] = set()  # connections whole
+        self.failed: dict[str, str] = {}  # capture -> why its rows must not be committed
+
+    def frames(self, capture_id: str, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        """One frame batch of ``capture_id`` (the frames table's columns, in the decoder's order)."""
+        self.seen[capture_id] += batch.num_rows
+        if capture_id not in self.failed and batch.num_rows:
+            self._hold(capture_id, batch)
+        yield from self._whole(capture_id)
+
+    def closed(self, capture_id: str, connection_ids: list[str], meta: list[str | None]) -> Iterator[pa.RecordBatch]:
+        """A ``connection`` batch of ``capture_id``: its connections are whole once ``frames_through`` frames are out."""
+        through = max((json.loads(m)["frames_through"] for m in meta if m), default=0)
+        self.waiting[capture_id].append((through, list(connection_ids)))
+        yield from self._whole(capture_id)
+
+    def finish(self) -> Iterator[pa.RecordBatch]:
+        """The end of the task's input: every connection still held is whole."""
+        for cid in list(self.held):
+            self._ready(cid)
+        yield from self._feed()
+        yield from self.out.finish()
+
+    # ------------------------------------------------------------------------------------------------
+    def _hold(self, capture_id: str, batch: pa.RecordBatch) -> None:
+        if not self.types:
+            self.types = {f.name: f.type for f in batch.schema if f.name in READ_COLUMNS}
+        n = batch.num_rows
+        live = batch.select([c for c in self.types if batch.column(c).null_count < n])  # all null here: in every slice
+        conn = batch.column("connection_id")
+        # a connection's frames come in runs (the decoder streams one flow at a time): cut the batch where the id changes
+        changed = pc.fill_null(pc.not_equal(conn.slice(1), conn.slice(0, n - 1)), True) if n > 1 else pa.array([], pa.bool_())
+        starts = [0, *(np.flatnonzero(changed.to_numpy(zero_copy_only=False)) + 1).tolist()]
+        for start, end in zip(starts, starts[1:] + [n]):
+            cid = conn[start].as_py()
+            if cid in self.done:
+                self._fail([capture_id], f"frames of connection {cid} after it was whole")
+                return
+            self.capture_of.setdefault(cid, capture_id)
+            self.held.setdefault(cid, []).append(live.slice(start, end - start))
+            self.held_rows += end - start
+        if self.max_held_rows is not None and self.held_rows > self.max_held_rows:
+            self._fail([capture_id], f"more than {self.max_held_rows} frames held of connections not yet whole "
+                                     "(lifecycle.fused_max_held_frames)")
+
+    def _whole(self, capture_id: str) -> Iterator[pa.RecordBatch]:
+        queue = self.waiting.get(capture_id)
+        while queue and queue[0][0] <= self.seen[capture_id]:
+            for cid in queue.popleft()[1]:
+                self._ready(cid)
+        if self.ready_rows >= self.batch_rows:
+            yield from self._feed()
+
+    def _ready(self, cid: str) -> None:
+        self.done.add(cid)
+        parts = self.held.pop(cid, None)
+        self.held_rows -= sum(p.num_rows for p in parts or ())
+        if parts and self.capture_of.get(cid) not in self.failed:
+            self.ready[cid] = parts
+            self.ready_rows += sum(p.num_rows for p in parts)
+        elif cid in self.capture_of:
+            del self.capture_of[cid]
+
+    def _feed(self) -> Iterator[pa.RecordBatch]:
+        """The whole connections gathered, sorted as the lifecycle job sorts them, to the machines ``batch_rows`` at a
+        time; each connection ends when the next begins (the runner's contract) or at the end of the batch."""
+        if not self.ready:
+            return
+        ready, self.ready, self.ready_rows = self.ready, {}, 0
+        captures = {self.capture_of.pop(cid) for cid in ready}
+        columns = [c for c in FRAME_COLUMNS if c in self.types or (c == "ts_us" and "ts" in self.types)]
+        try:
+            frames = _table([p for parts in ready.values() for p in parts], self.types)
+            order = pc.sort_indices(frames, options=_SORT)
+            for start in range(0, len(order), self.batch_rows):
+                for batch in frames.take(order.slice(start, self.batch_rows)).to_batches():
+                    yield from self.out.feed(batch, columns)
+            yield from self.out.end_connection()
+        except Exception as exc:  # noqa: BLE001 - the lifecycle job redoes these captures, and fails the culprit alone
+            self._fail(sorted(captures), f"{type(exc).__name__}: {exc}")
+            self.out.reset()
+
+    def _fail(self, capture_ids: list[str], why: str) -> None:
+        for capture_id in capture_ids:
+            log.warning("fused lifecycle of capture %s left to the lifecycle job: %s", capture_id[:12], why)
+            self.failed.setdefault(capture_id, why)
+        dropped = {cid for cid, cap in self.capture_of.items() if cap in capture_ids}
+        for cid in dropped:
+            self.held_rows -= sum(p.num_rows for p in self.held.pop(cid, None) or ())
+            self.capture_of.pop(cid, None)
+            self.ready_rows -= sum(p.num_rows for p in self.ready.pop(cid, []))
+
+
+def _sort_options() -> pc.SortOptions:
+    """``connection_id`` then ``SORT_KEYS``, ascending, nulls first (Spark's ascending order): per key where pyarrow
+    takes that (25 deprecates the global setting)."""
+    keys = ("connection_id", *SORT_KEYS)
+    try:
+        return pc.SortOptions([(k, "ascending", "at_start") for k in keys])
+    except (TypeError, ValueError):
+        return pc.SortOptions([(k, "ascending") for k in keys], null_placement="at_start")
+
+
+_SORT = _sort_options()
+
+
+def _table(parts: list[pa.RecordBatch], types: dict[str, pa.DataType]) -> pa.Table:
+    """The parts as one table of the columns some part holds (and the sort keys); a column a part left out (all null
+    there) is nulls of that part's length."""
+    runs: list[list[pa.RecordBatch]] = []
+    for p in parts:  # neighbours mostly come from one frame batch, so they have one schema
+        if runs and runs[-1][0].schema == p.schema:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    table = pa.concat_tables([pa.Table.from_batches(run) for run in runs], promote_options="default")
+    for key in ("connection_id", *SORT_KEYS):
+        if key not in table.column_names:
+            table = table.append_column(pa.field(key, types[key]), pa.nulls(table.num_rows, types[key]))
+    return table

@@ -1,0 +1,306 @@
+"""The report: static HTML pages with interactive plots (plotly), PNG copies, top-N tables and one page per connection.
+
+amqplens report --lake DIR --out DIR
+
+``<out>/index.html`` is the overview; ``<out>/connections/<hash>.html`` a page per
+connection (those that ended in an error, then the busiest, ``report.connection_pages``
+in all), linked from the overview's table and timeline. The pages load
+``<out>/plotly.min.js``, copied from the plotly wheel, so they work offline and
+from ``file://`` with no network; plotly rather than vega-lite/altair because its
+wheel carries the whole library (altair's inline HTML needs vl-convert or
+altair_viewer besides) and one JS file serves every page. Each overview figure is
+also written as a PNG (matplotlib) for e-mail. Every figure and table names the
+table and filter it was drawn from; every query is an aggregate, a top-N or capped
+per connection (amqplens/report/data.py), so the report of a 2 GB capture stays small.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import pathlib
+from concurrent.futures import ThreadPoolExecutor
+
+import pandas as pd
+
+from amqplens.report import data
+from amqplens.report import pages
+from amqplens.report import plots
+from amqplens.report import png
+from amqplens.config import Config
+from amqplens.lake.store import TableStore
+from amqplens.report.logs import alarm_intervals, broker_event_rows, broker_events_table
+
+PLOTLY_JS = "plotly.min.js"
+# Frames per connection page (open/close/attach/... and error closes) and channel.flow changes.
+PAGE_EVENT_CAP = 2000
+STYLE = """body{font-family:sans-serif;max-width:1200px;margin:2em auto;color:#222;padding:0 1em}
+figure{margin:2em 0} figcaption{font-size:90%;color:#555} table{border-collapse:collapse;font-size:85%}
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top} code{font-size:95%}
+.plot{min-height:200px} nav{font-size:90%}"""
+# Lets a headless browser (the report test) and a reader see that every plot and image rendered:
+# <body data-plots="k/n" data-images-loaded="k/n">.
+RENDERED = """<script>addEventListener('load',()=>{const d=document.body.dataset,i=[...document.images];
+d.imagesLoaded=i.filter(x=>x.complete&&x.naturalWidth>0).length+'/'+i.length;
+const p=[...document.querySelectorAll('.plotly-graph-div')];let t=0;(function check(){
+const ok=p.filter(x=>x._fullLayout&&x.querySelector('.main-svg .cartesianlayer .trace')).length;d.plots=ok+'/'+p.length;
+if(ok<p.length&&++t<100)setTimeout(check,50);})();});</script>"""
+
+
+class Figure:
+    def __init__(self, name: str, title: str, table: str, where: str):
+        self.name, self.title, self.table, self.where = name, title, table, where
+        self.drawn = False  # set once the figure showed data
+        self.div = ""
+
+
+def _cell(v) -> str:
+    if isinstance(v, float):
+        return "" if pd.isna(v) else f"{v:,.2f}"
+    if isinstance(v, (pd.Timestamp, dt.datetime)):
+        return html.escape(v.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3])
+    return html.escape("" if v is None else str(v))
+
+
+def table_html(cols, rows, raw: set = frozenset()) -> str:
+    """An HTML table; values escaped except the columns in ``raw`` (links this module built)."""
+    if not rows:
+        return "<p>(none)</p>"
+    head = "<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>"
+    return head + "".join("<tr>" + "".join(f"<td>{v if c in raw else _cell(v)}</td>" for c, v in zip(cols, r)) + "</tr>"
+                          for r in rows) + "</table>"
+
+
+def page_html(title: str, body: list[str], js: str) -> str:
+    return "\n".join([f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{STYLE}</style><script src="{js}"></script></head><body>""", *body, RENDERED, "</body></html>\n"])
+
+
+def top_tables(store, n: int) -> list[tuple[str, str, str, list[str], list[tuple]]]:
+    from pyspark.sql import functions as F
+
+    whole = F.col("bucket_seconds") == 0
+    slow = (store.read("metrics_latency").where(whole & (F.col("metric") == "deliver_settle") & (F.col("entity_kind") == "consumer"))
+            .orderBy(F.desc("p99_us")).limit(n)
+            .select(F.col("entity_label").alias("consumer"), "count", (F.col("p50_us") / 1000).alias("p50 ms"),
+                    (F.col("p99_us") / 1000).alias("p99 ms"), (F.col("max_us") / 1000).alias("max ms")))
+    nacked = (store.read("metrics_settlement").where(whole & F.col("entity_kind").isin("queue", "address")
+                                                      & (F.col("measure") == "outcome") & F.col("value").isin(*data.OUTCOME_BAD))
+              .groupBy("entity_label").agg(F.sum("count").alias("negative"), F.max("messages").alias("messages"))
+              .orderBy(F.desc("negative")).limit(n).withColumnRenamed("entity_label", "queue or address"))
+    starved = (store.read("metrics_flow").where(whole & (F.col("metric") == "zero_credit_us") & (F.col("value") > 0))
+               .orderBy(F.desc("value")).limit(n)
+               .select(F.col("entity_label").alias("link"), (F.col("value") / 1000).alias("ms at zero credit"),
+                       (F.col("observed_us") / 1000).alias("ms observed")))
+    errors = (store.read("metrics_errors").where(whole & (F.col("entity_kind") == "capture"))
+              .groupBy("kind", "raised_by", "code", "condition").agg(F.sum("count").alias("count")).orderBy(F.desc("count")).limit(n))
+    out = []
+    for title, table, where, df in (
+        ("Slowest consumers (deliver -> ack, p99)", "metrics_latency",
+         "bucket_seconds = 0 and metric = 'deliver_settle' and entity_kind = 'consumer', by p99_us", slow),
+        ("Most nacked / rejected queues", "metrics_settlement",
+         "bucket_seconds = 0 and entity_kind in ('queue', 'address') and measure = 'outcome' and value is a nack, reject, "
+         "release or modify", nacked),
+        ("Starved links (time at zero link credit)", "metrics_flow",
+         "bucket_seconds = 0 and metric = 'zero_credit_us' and value > 0", starved),
+        ("Errors", "metrics_errors", "bucket_seconds = 0 and entity_kind = 'capture'", errors),
+        broker_events_table(store, n),
+    ):
+        out.append((title, table, where, df.columns, [tuple(r) for r in df.collect()]))
+    return out
+
+
+def _figure_queries(store, conf, pool) -> dict:
+    """The figures' queries, submitted to ``pool`` (none needs the connections): name -> future of a pandas frame,
+    ``labels`` -> future of {entity: entity_label} of the series' channels and links."""
+    n, points = conf["report.busiest"], conf["report.max_points"]
+    q = {"stats": pool.submit(data.latency_stats, store),
+         "inflight": pool.submit(data.busiest_series, store, "channel", "deliver", ["in_flight", "prefetch_count"], n, points),
+         "credit": pool.submit(data.busiest_series, store, "link", "transfer", ["link_credit"], n, points),
+         "outcomes": pool.submit(data.outcomes, store)}
+    # after the two it waits for, so that they hold workers of the pool before it does
+    q["labels"] = pool.submit(lambda: data.entity_labels(
+        store, ("channel", "link"), sorted(set(q["inflight"].result().connection_id) | set(q["credit"].result().connection_id))))
+    return q
+
+
+def _figures(conf, q: dict, conns, blocked, errs, events, alarms, out_dir: pathlib.Path) -> list[Figure]:
+    """The overview's figures from the queries ``_figure_queries`` started: plotly divs, and each also a PNG next to
+    the page.
+
+    The figures are drawn on one thread of their own, each as soon as its query is back, while the others' queries
+    run (a small lake's queries are mostly waiting on the JVM). The PNGs go through matplotlib's object API, not
+    pyplot's global state; one thread, not one per figure, because matplotlib's mathtext parser (log-axis labels
+    such as 10^0) is shared: two figures drawn at once broke its parse (seen in tests/e2e/test_wild_run.py).
+    """
+    n, points = conf["report.busiest"], conf["report.max_points"]
+    stats, inflight, credit, outcomes, labels = (q[k] for k in ("stats", "inflight", "credit", "outcomes", "labels"))
+    chan = lambda r: f"{r.connection_id}/{r.channel}"  # noqa: E731  (metrics_flow's entity names)
+    link = lambda r: f"{r.connection_id}/{r.channel}/handle {int(r.link_handle)}"  # noqa: E731
+    spans = plots.blocked_spans(blocked, conns)
+    href = lambda cid: f"connections/{pages.page_name(cid)}" if cid in paged(conns) else None  # noqa: E731
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="amqplens-draw") as draw:
+        defs = [
+            (Figure("latency", "Latency distributions per dialect and method", "deliveries",
+                    "settle_latency_us is not null and settle_mode not in (auto_ack, no_confirm), plus request_responses.latency_us; "
+                    "quantiles by percentile_approx (summaries: metrics_latency where bucket_seconds = 0 and entity_kind = 'capture')"),
+             lambda: not stats.result().empty, lambda: plots.latency_box(stats.result()),
+             lambda ax: png.latency(ax, stats.result()), (10, 7)),
+            (Figure("inflight", f"In flight vs prefetch, {n} busiest channels", "flow_events",
+                    f"entity = 'channel', the {n} channels with the most 'deliver' events; at most {points} points each "
+                    "(per-interval maxima beyond); labels from metrics_flow.entity_label"),
+             lambda: not inflight.result().empty,
+             lambda: plots.step_series(inflight.result(), labels.result(), chan, "in_flight", "In flight vs prefetch", "messages",
+                                       "prefetch_count"),
+             lambda ax: png.steps(ax, inflight.result(), labels.result(), chan, "in_flight", "messages", "prefetch_count"), (10, 4)),
+            (Figure("credit", f"Link credit over time, {n} busiest links", "flow_events",
+                    f"entity = 'link', the {n} links with the most 'transfer' events; at most {points} points each"),
+             lambda: not credit.result().empty,
+             lambda: plots.step_series(credit.result(), labels.result(), link, "link_credit", "Link credit", "link credit", log=True),
+             lambda ax: png.steps(ax, credit.result(), labels.result(), link, "link_credit", "link credit (symlog)", log=True), (10, 4)),
+            (Figure("settlement", "Settlement outcomes", "metrics_settlement",
+                    "bucket_seconds = 0 and entity_kind = 'capture' and measure = 'outcome', summed over captures"),
+             lambda: not outcomes.result().empty, lambda: plots.outcome_bars(outcomes.result()),
+             lambda ax: png.outcomes(ax, outcomes.result()), (10, 5)),
+            (Figure("timeline", "Connection timeline", "connections",
+                    "the first 40 connections by start_ts and those with a page (Proton-trace connections, which have no clock, "
+                    "left out); blocked from flow_events where entity = 'connection'; errors from frames where a close carries "
+                    "reply_code != 200 or an error_condition; broker log events (channel errors, abrupt closes, alarm intervals) "
+                    "from broker_events; a label links to the connection's page"),
+             lambda: not conns.empty, lambda: plots.connection_timeline(conns, blocked, errs, events, alarms, href),
+             lambda ax: png.timeline(ax, conns, errs, spans, events, alarms), (11, 7)),
+        ]
+        # the timeline's data is here already: it goes first, the others in the order their queries were started
+        drawn = [draw.submit(_draw, *d, out_dir) for d in defs[-1:] + defs[:-1]]
+        figures = {f.name: f for f in (d.result() for d in drawn)}
+    return [figures[d[0].name] for d in defs]
+
+
+def _draw(fig_def: Figure, has_data, interactive, static, size, out_dir: pathlib.Path) -> Figure:
+    """One figure: its plotly div and its PNG (``<out_dir>/<name>.png``)."""
+    fig_def.drawn = has_data()
+    fig_def.div = plots.div(interactive(), f"plot-{fig_def.name}") if fig_def.drawn else "<p>(nothing to draw in this lake)</p>"
+    fig = png.figure(size)
+    ax = fig.subplots()
+    static(ax)
+    ax.set_title(fig_def.title)
+    fig.tight_layout()
+    fig.savefig(out_dir / f"{fig_def.name}.png", dpi=90)
+    return fig_def
+
+
+def paged(conns) -> set:
+    return set(conns.connection_id[conns.page])
+
+
+def connections_table(conns) -> str:
+    rows = []
+    for c in conns[conns.page].sort_values(["bad_end", "frames"], ascending=False).itertuples():
+        link = f'<a href="connections/{pages.page_name(c.connection_id)}">{html.escape(c.conn_label)}</a>'
+        ended = c.end_reason + (f", close {int(c.close_code)}" if not pd.isna(c.close_code) else "") + \
+            (f", {c.close_condition}" if isinstance(c.close_condition, str) else "")
+        rows.append((link, c.dialect, c.start_ts, f"{c.duration_us / 1e6:,.3f}", f"{c.frames:,}", ended, c.errors))
+    return table_html(["connection", "dialect", "start (UTC)", "seconds", "frames", "ended", "errors"], rows, raw={"connection"})
+
+
+def render_overview(store, figures: list[Figure], tables, conns, generated: str) -> str:
+    link = lambda t: f'<a href="{html.escape(store.uri(t))}"><code>{t}</code></a>'  # noqa: E731
+    body = [f"""<h1>amqplens report</h1>
+<p>Lake <code>{html.escape(store.root)}</code>, generated {html.escape(generated)}. Metric definitions:
+<code>docs/tables.md</code>, section "Metric definitions". Plots zoom (drag), pan, show exact values on hover and
+hide a series on a click in the legend; double-click resets. Each has a PNG copy beside this page.</p>""",
+            f"<h2>Connections with a page</h2><p>Source: {link('connections')}: those that ended in an error (a close "
+            f"other than 200, an error condition, a reset), then the most frames; {int(conns.page.sum())} of the "
+            f"connections (<code>report.connection_pages</code>).</p>", connections_table(conns)]
+    for f in figures:
+        body.append(f'<figure id="{f.name}" class="{"drawn" if f.drawn else "empty"}"><h2>{html.escape(f.title)}</h2>'
+                    f'<div class="plot">{f.div}</div><figcaption>Source: {link(f.table)} where {html.escape(f.where)}. '
+                    f'<a href="{f.name}.png">PNG</a></figcaption></figure>')
+    for title, table, where, cols, rows in tables:
+        body.append(f"<h2>{html.escape(title)}</h2><p>Source: {link(table)} where {html.escape(where)}.</p>")
+        body.append(table_html(cols, rows))
+    return page_html("amqplens report", body, PLOTLY_JS)
+
+
+def render_connection(store, c, frames, flows, blocked, errs, lat, out) -> str:
+    link = lambda t: f'<a href="{html.escape(store.uri(t))}"><code>{t}</code></a>'  # noqa: E731
+    facts = [("connection_id", c.connection_id), ("capture_id", c.capture_id), ("dialect", c.dialect),
+             ("start (UTC)", c.start_ts), ("end (UTC)", c.end_ts), ("seconds", c.duration_us / 1e6), ("frames", c.frames),
+             ("bytes to server / client", f"{c.bytes_to_server:,} / {c.bytes_to_client:,}"), ("ended", c.end_reason),
+             ("close", " ".join(str(v) for v in (None if pd.isna(c.close_code) else int(c.close_code), c.close_text,
+                                                 c.close_condition) if v is not None and not pd.isna(v)))]
+    whole = lat[lat.bucket_seconds == 0]
+    lat_rows = [(r.metric, r.method, r.direction, r.count, r.missing, r.p50_us / 1000, r.p99_us / 1000, r.max_us / 1000)
+                for r in whole.itertuples()]
+    body = [f'<nav><a href="../index.html">overview</a></nav><h1>{html.escape(c.conn_label)}</h1>',
+            table_html(["", ""], facts),
+            f"<h2>Timeline</h2>{plots.div(pages.timeline(c, frames, flows, blocked, errs), 'plot-timeline')}"
+            f"<p>Source: {link('frames')} (connection, channel, session and link open/close frames, at most "
+            f"{PAGE_EVENT_CAP}; error closes), {link('flow_events')} (connection.blocked, channel.flow).</p>",
+            f"<h2>Latencies</h2>{plots.div(pages.latencies(lat), 'plot-latency') if len(lat) else '<p>(none)</p>'}"
+            f"<p>Source: {link('metrics_latency')} where entity_kind = 'connection' and this connection_id.</p>",
+            table_html(["metric", "method", "direction", "count", "missing", "p50 ms", "p99 ms", "max ms"], lat_rows),
+            f"<h2>Deliveries by outcome</h2>{plots.div(pages.outcomes(out), 'plot-outcomes') if len(out) else '<p>(none)</p>'}"
+            f"<p>Source: {link('metrics_settlement')} where entity_kind = 'connection' and measure = 'outcome'.</p>",
+            table_html(["direction", "outcome", "messages"],
+                       [(r.direction, r.value, r.count) for r in out[out.bucket_seconds == 0].itertuples()])]
+    return page_html(f"amqplens: {c.conn_label}", body, f"../{PLOTLY_JS}")
+
+
+def write_connection_pages(store, conns, blocked, errs, out_dir: pathlib.Path) -> list[pathlib.Path]:
+    mine = conns[conns.page]
+    ids = list(mine.connection_id)
+    if not ids:
+        return []
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="amqplens-pages") as pool:  # independent queries
+        lifecycle = pool.submit(data.lifecycle_frames, store, ids, PAGE_EVENT_CAP)
+        metrics = pool.submit(data.connection_metrics, store, ids)
+        (frames, flows), (lat, out) = lifecycle.result(), metrics.result()
+    folder = out_dir / "connections"
+    folder.mkdir(exist_ok=True)
+    written = []
+    for c in mine.itertuples():
+        of = lambda df: df[df.connection_id == c.connection_id]  # noqa: E731
+        path = folder / pages.page_name(c.connection_id)
+        path.write_text(render_connection(store, c, of(frames), of(flows), of(blocked), of(errs), of(lat), of(out)))
+        written.append(path)
+    return written
+
+
+def write_plotly_js(out_dir: pathlib.Path) -> None:
+    """plotly.js from the plotly wheel (package_data/plotly.min.js), copied unless the same file is there."""
+    import importlib.resources
+
+    source = importlib.resources.files("plotly") / "package_data" / PLOTLY_JS
+    target = out_dir / PLOTLY_JS
+    js = source.read_bytes()
+    if not target.exists() or target.read_bytes() != js:
+        target.write_bytes(js)
+
+
+def run(spark, conf: Config, out: str | None = None) -> pathlib.Path:
+    """Write <out>/index.html, its PNGs, plotly.min.js and <out>/connections/*.html; returns the overview's path."""
+    store = TableStore(spark, conf["lake.root"])
+    out_dir = pathlib.Path(out or conf["report.out"]).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_plotly_js(out_dir)
+    # Independent queries at once from driver threads: each is a small aggregate whose cost on a small lake is
+    # planning and scheduling, which overlap; the figures' queries start first, as they need no connection list.
+    # The figures draw on a thread of their own (_figures); the connection pages draw with plotly only.
+    with ThreadPoolExecutor(max_workers=6, thread_name_prefix="amqplens-report") as pool:
+        queries = _figure_queries(store, conf, pool)
+        tables = pool.submit(top_tables, store, conf["report.top_n"])
+        conns = data.connections(store, conf["report.connection_pages"])
+        ids = list(conns.connection_id)
+        logs = pool.submit(lambda: (broker_event_rows(store, ids), alarm_intervals(store)))
+        blocked, errs = data.blocked_and_errors(store, ids, PAGE_EVENT_CAP)
+        pages_written = pool.submit(write_connection_pages, store, conns, blocked, errs, out_dir)
+        events, alarms = logs.result()
+        figures = _figures(conf, queries, conns, blocked, errs, events, alarms, out_dir)
+        pages_written.result()
+        tables = tables.result()
+    page = out_dir / "index.html"
+    generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    page.write_text(render_overview(store, figures, tables, conns, generated))
+    return page

@@ -1,0 +1,9 @@
+"""spark-submit entry of the whole ``amqplens`` command line (any subcommand, ``run`` included):
+``spark-submit --py-files amqplens-py-files.zip jobs/amqplens_cli.py run --input ... --lake ...``."""
+
+import sys
+
+from amqplens.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
