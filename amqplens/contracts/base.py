@@ -36,10 +36,15 @@ class Column:
     type: str
     doc: str
     nullable: bool = True
+    # the closed set of values the column takes (empty: open), the one list the docs, the expectation suites
+    # (expectations.ENUMS) and the tests of the code that writes the column read
+    values: tuple = ()
 
     def __post_init__(self):
         if self.type not in _TYPES:
             raise ValueError(f"column {self.name}: unknown type {self.type}")
+        if len(set(self.values)) != len(self.values):
+            raise ValueError(f"column {self.name}: a value listed twice")
 
     @property
     def arrow_type(self) -> pa.DataType:
@@ -96,7 +101,8 @@ class Table:
         """The golden rendering checked by tests: one line per column."""
         lines = [f"table {self.name}", f"key {', '.join(self.key)}", f"partition_by {', '.join(self.partition_by)}"]
         for c in self.columns:
-            lines.append(f"{c.name} {c.type}{'' if c.nullable else ' not null'}")
+            lines.append(f"{c.name} {c.type}{'' if c.nullable else ' not null'}"
+                         + (f" in {{{', '.join(map(str, c.values))}}}" if c.values else ""))
         return "\n".join(lines) + "\n"
 
     def render_markdown(self) -> str:
@@ -104,9 +110,17 @@ class Table:
         out.append(f"Key: {', '.join(f'`{k}`' for k in self.key)}. Partitioned by {', '.join(f'`{p}`' for p in self.partition_by)}.")
         out += ["", "| column | type | null | meaning |", "| --- | --- | --- | --- |"]
         for c in self.columns:
-            out.append(f"| `{c.name}` | {c.type} | {'yes' if c.nullable else 'no'} | {c.doc} |")
+            values = f" Values: {', '.join(f'`{v}`' for v in c.values)}." if c.values else ""
+            out.append(f"| `{c.name}` | {c.type} | {'yes' if c.nullable else 'no'} | {c.doc}{values} |")
         return "\n".join(out) + "\n"
 
+
+# Value sets more than one column shares.
+DIALECTS = ("0-8", "0-9", "0-9-1", "0-10", "1.0", "0-9-draft", "amqp-fast-0.9a5")
+TO_SERVER_CLIENT = ("to_server", "to_client")
+TO_FROM_BROKER = ("to_broker", "from_broker")
+CLIENT_SERVER = ("client", "server")
+LOG_FORMATS = ("rabbitmq-3.6", "rabbitmq-3.7", "rabbitmq-3.9", "rabbitmq-json")  # RabbitMQ server logs
 
 # The leading columns of every table (data and metric): the capture and its day, the partition.
 CAPTURE_DATE = Column("capture_date", "date", "UTC day of the capture's first packet (1970-01-01 when it has none); the partition", False)

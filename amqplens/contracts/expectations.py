@@ -32,98 +32,13 @@ import fnmatch
 
 import importlib
 
-from amqplens.contracts.base import Table
-from amqplens.contracts.metrics import ENTITY_KINDS
+from amqplens.contracts.base import TO_SERVER_CLIENT, Table
+from amqplens.contracts.tables import ALL_TABLES
 
-DIALECTS = ("0-8", "0-9", "0-9-1", "0-10", "1.0", "0-9-draft", "amqp-fast-0.9a5")
-TO_SERVER_CLIENT = ("to_server", "to_client")
-TO_FROM_BROKER = ("to_broker", "from_broker")
-CLIENT_SERVER = ("client", "server")
-LOG_FORMATS = ("rabbitmq-3.6", "rabbitmq-3.7", "rabbitmq-3.9", "rabbitmq-json")  # RabbitMQ server logs
-
-# table -> column -> the values the contract allows (nulls are allowed where the column is nullable)
+# table -> column -> the values the contract allows (nulls are allowed where the column is nullable): the
+# contracts' Column(values=...), which the docs (docs/tables.md) show too
 ENUMS: dict[str, dict[str, tuple]] = {
-    "captures": {
-        "format": ("pcap", "pcapng", "unknown", *LOG_FORMATS, "rabbitmq-trace-text", "rabbitmq-trace-json", "rabbitmq-firehose",
-                   "proton-trace", "proton-trace-old", "log-unknown"),
-        "status": ("ok", "partial", "failed"),
-    },
-    "connections": {
-        "ip_version": (4, 6, 0),
-        "end_reason": ("fin", "rst", "capture_end", "port_reuse", "closed", "closed_abruptly", "closed_error", "log_end"),
-        "closed_by": CLIENT_SERVER,
-        "selected_by": ("port", "sniff", "log"),
-        "source": ("capture", "log"),
-        "dialect": DIALECTS,
-        "dialect_source": ("protocol_header", "connection_start", "framing", "forced"),
-        "amqp_closed_by": CLIENT_SERVER,
-        "sasl_outcome": ("ok", "auth", "sys", "sys-perm", "sys-temp"),
-        "tls_status": ("decrypted", "no_key", "unsupported_suite", "decrypt_failed"),  # amqplens.decode.tls.TLS_STATUSES
-    },
-    "frames": {
-        "direction": TO_SERVER_CLIENT,
-        "dialect": DIALECTS,
-        "frame_type": ("protocol_header", "method", "header", "body", "heartbeat", "oob_method", "oob_header", "oob_body",
-                       "trace", "meta", "amqp", "sasl", "empty", "control", "command"),
-        "role": ("sender", "receiver"),
-        "rcv_settle_mode": ("first", "second"),
-        "snd_settle_mode": ("unsettled", "settled", "mixed"),
-        "state": ("accepted", "rejected", "released", "modified", "received", "declared", "transactional"),
-        "accept_mode": ("explicit", "none"),
-        "acquire_mode": ("pre-acquired", "not-acquired"),
-        "credit_unit": ("message", "byte"),
-        "flow_mode": ("credit", "window"),
-        "source": ("capture", "trace_log"),
-    },
-    "decode_errors": {"direction": TO_SERVER_CLIENT, "stage": ("capture", "tcp", "codec", "frame", "log")},
-    "deliveries": {
-        "dialect": ("0-8", "0-9", "0-9-1", "1.0", "0-10"),
-        "direction": TO_FROM_BROKER,
-        "method": ("publish", "deliver", "get-ok", "transfer"),
-        "outcome": (
-            "confirmed", "nacked_by_broker", "returned", "unconfirmed_at_close", "sent", "committed", "rolled_back",
-            "acked", "nacked_requeue", "nacked_drop", "rejected_requeue", "rejected_drop", "auto_ack", "recovered",
-            "requeued_on_close", "accepted", "rejected", "released", "modified", "received", "settled", "presettled",
-            "aborted", "declared", "transactional", "unsettled_at_close", "open_at_capture_end", "traced",
-        ),
-        "source": ("capture", "trace"),
-    },
-    "flow_events": {
-        "entity": ("connection", "channel", "consumer", "link", "session"),
-        "event": ("qos", "deliver", "settle", "flow", "blocked", "unblocked", "credit", "transfer", "window", "close"),
-    },
-    "request_responses": {"dialect": DIALECTS, "status": ("ok", "error", "unanswered")},
-    "broker_events": {
-        "log_format": LOG_FORMATS,
-        "level": ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"),
-        "event": ("connection_accepted", "connection_named", "connection_authenticated", "connection_closed",
-                  "connection_closed_abruptly", "connection_closed_error", "connection_error", "channel_error", "alarm_set",
-                  "alarm_cleared", "node_start", "node_stop", "other"),
-        "alarm_resource": ("memory", "disk"),
-    },
-    "metrics_latency": {
-        "entity_kind": tuple(ENTITY_KINDS.split(" | ")),
-        "metric": ("publish_confirm", "deliver_settle", "transfer_settle", "request_response", "tcp_handshake",
-                   "amqp_handshake", "end_to_end"),
-        "direction": TO_FROM_BROKER,
-    },
-    "metrics_settlement": {
-        "entity_kind": tuple(ENTITY_KINDS.split(" | ")),
-        "direction": TO_FROM_BROKER,
-        "measure": ("outcome", "settle_mode", "redelivered", "unsettled_at_close"),
-    },
-    "metrics_flow": {
-        "entity_kind": tuple(ENTITY_KINDS.split(" | ")),
-        "metric": ("prefetch_utilisation", "prefetch_utilisation_max", "at_prefetch_limit_us", "blocked_us", "flow_off_us",
-                   "zero_credit_us", "zero_window_us", "heartbeats_sent", "heartbeat_interval_s", "missed_heartbeats"),
-        "direction": TO_SERVER_CLIENT,
-    },
-    "metrics_errors": {
-        "entity_kind": tuple(ENTITY_KINDS.split(" | ")),
-        "kind": ("channel_exception", "connection_exception", "link_error", "session_error", "connection_error", "decode_error",
-                 "peer_anomaly"),
-        "raised_by": ("broker", "client"),
-    },
+    t.name: {c.name: c.values for c in t.columns if c.values} for t in ALL_TABLES.values() if any(c.values for c in t.columns)
 }
 
 # Numeric columns that may be negative, each with its own check (an observation) and the reason.

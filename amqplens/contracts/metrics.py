@@ -9,7 +9,7 @@ TableStore replaces, so metrics are computed per capture.
 from __future__ import annotations
 
 from amqplens.contracts.base import Column as C
-from amqplens.contracts.base import CAPTURE_DATE, CAPTURE_ID, Table
+from amqplens.contracts.base import CAPTURE_DATE, CAPTURE_ID, TO_FROM_BROKER, TO_SERVER_CLIENT, Table
 
 ENTITY_KINDS = "capture | connection | channel | consumer | link | session | queue | exchange | address"
 
@@ -19,7 +19,7 @@ _LEADING = (
     CAPTURE_DATE,
     C("bucket_start", "timestamp", "start of the time bucket (UTC); for bucket_seconds = 0 the capture's first packet", False),
     C("bucket_seconds", "int32", "bucket length in seconds (metrics.bucket); 0 = the whole capture", False),
-    C("entity_kind", "string", f"what the row is about: {ENTITY_KINDS}", False),
+    C("entity_kind", "string", f"what the row is about: {ENTITY_KINDS}", False, values=tuple(ENTITY_KINDS.split(" | "))),
     C("entity", "string", "the entity's name: connection_id, connection_id/channel, connection_id/channel/consumer tag or link name, "
       "queue, exchange ('(default)' for ''), 1.0 address; the capture_id for entity_kind capture", False),
     C("entity_label", "string", "the entity as an operator names it (amqplens/jobs/labels.py): the capture file's name; "
@@ -42,8 +42,9 @@ METRICS_LATENCY = Table(
     columns=(
         *_LEADING,
         C("metric", "string", "publish_confirm | deliver_settle | transfer_settle | request_response | tcp_handshake | "
-          "amqp_handshake | end_to_end (see the metric definitions)", False),
-        C("direction", "string", "to_broker | from_broker, for settle latencies"),
+          "amqp_handshake | end_to_end (see the metric definitions)", False, values=("publish_confirm", "deliver_settle", "transfer_settle", "request_response", "tcp_handshake",
+                   "amqp_handshake", "end_to_end")),
+        C("direction", "string", "to_broker | from_broker, for settle latencies", values=TO_FROM_BROKER),
         C("method", "string", "publish | deliver | get-ok | transfer, or the request (queue.declare, attach, ...)"),
         C("count", "int64", "values measured", False),
         C("missing", "int64", "rows of the group with no value: never settled, never answered, or (end_to_end) a delivery whose publish "
@@ -67,8 +68,8 @@ METRICS_SETTLEMENT = Table(
     key=("metric_row_id",),
     columns=(
         *_LEADING,
-        C("direction", "string", "to_broker (publishes) | from_broker (deliveries)", False),
-        C("measure", "string", "outcome | settle_mode | redelivered | unsettled_at_close", False),
+        C("direction", "string", "to_broker (publishes) | from_broker (deliveries)", False, values=TO_FROM_BROKER),
+        C("measure", "string", "outcome | settle_mode | redelivered | unsettled_at_close", False, values=("outcome", "settle_mode", "redelivered", "unsettled_at_close")),
         C("value", "string", "the outcome or settle mode (deliveries.outcome / settle_mode); 'true' for redelivered and "
           "unsettled_at_close", False),
         C("count", "int64", "messages with this value", False),
@@ -87,8 +88,9 @@ METRICS_FLOW = Table(
     columns=(
         *_LEADING,
         C("metric", "string", "prefetch_utilisation | prefetch_utilisation_max | at_prefetch_limit_us | blocked_us | flow_off_us | "
-          "zero_credit_us | zero_window_us | heartbeats_sent | heartbeat_interval_s | missed_heartbeats", False),
-        C("direction", "string", "to_server | to_client for heartbeat metrics (who sent)"),
+          "zero_credit_us | zero_window_us | heartbeats_sent | heartbeat_interval_s | missed_heartbeats", False, values=("prefetch_utilisation", "prefetch_utilisation_max", "at_prefetch_limit_us", "blocked_us", "flow_off_us",
+                   "zero_credit_us", "zero_window_us", "heartbeats_sent", "heartbeat_interval_s", "missed_heartbeats")),
+        C("direction", "string", "to_server | to_client for heartbeat metrics (who sent)", values=TO_SERVER_CLIENT),
         C("value", "double", "the value, in the unit the metric name ends with (us, s) or a ratio / count", False),
         C("observed_us", "int64", "time of the bucket the entity's state was known (the denominator of time shares)"),
     ),
@@ -102,8 +104,9 @@ METRICS_ERRORS = Table(
     columns=(
         *_LEADING,
         C("kind", "string", "channel_exception | connection_exception | link_error | session_error | connection_error | "
-          "decode_error | peer_anomaly", False),
-        C("raised_by", "string", "broker | client (who sent the close); null for decode errors"),
+          "decode_error | peer_anomaly", False, values=("channel_exception", "connection_exception", "link_error", "session_error", "connection_error", "decode_error",
+                 "peer_anomaly")),
+        C("raised_by", "string", "broker | client (who sent the close); null for decode errors", values=("broker", "client")),
         C("code", "int32", "0-9-1 reply code (404, 406, 320, ...)"),
         C("condition", "string", "reply text up to ' - ' (NOT_FOUND, ...), 1.0 error condition (amqp:not-found, ...), decode "
           "error stage:reason, or the anomaly a peer_anomaly row counts (credit_exceeded, duplicate_tag, ...)", False),
