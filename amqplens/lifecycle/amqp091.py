@@ -51,7 +51,7 @@ from collections import OrderedDict
 
 from amqplens.lifecycle.amqp091_channel import SETTLE_EVENT, Channel, Consumer, pop_upto
 from amqplens.lifecycle.machines import DELIVER, ENDPOINT, PUBLISH
-from amqplens.lifecycle.records import FROM_BROKER, TO_BROKER, Delivery, Output, flow_row
+from amqplens.lifecycle.records import FROM_BROKER, TO_BROKER, Delivery, Output, flow_row, frame_arg
 from amqplens.lifecycle.requests import RequestMatcher
 
 class Connection091:
@@ -380,7 +380,7 @@ class Connection091:
 
     def _consume(self, f, ch, fid, ts) -> None:
         entry = (f.get("consumer_tag") or "", bool(f.get("no_ack")), f.get("queue"))
-        if '"no_wait":true' in (f.get("arguments_json") or "") or '"nowait":true' in (f.get("arguments_json") or ""):
+        if frame_arg(f, "no_wait") is True or frame_arg(f, "nowait") is True:  # 0-9-1 / 0-8 name the bit so
             ch.consumers[entry[0]] = Consumer(entry[0], entry[1], entry[2], ch.consumer_prefetch)
         else:
             ch.pending_consumes.append(entry)

@@ -54,7 +54,7 @@ def frame_arg(f: dict, name: str):
     """One decoded argument of a frame row, from its arguments_json (None if absent or unreadable)."""
     try:
         args = json.loads(f.get("arguments_json") or "{}")
-    except ValueError:
+    except (ValueError, TypeError, RecursionError):
         return None
     return args.get(name) if isinstance(args, dict) else None
 

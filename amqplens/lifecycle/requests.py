@@ -26,7 +26,7 @@ import functools
 import json
 
 from amqplens.lifecycle.machines import REQUEST
-from amqplens.lifecycle.records import Output, Request
+from amqplens.lifecycle.records import Output, Request, frame_arg
 from amqplens.decode.v0_9_1.frames import SPECS
 
 _CLOSES = frozenset({("channel", "close"), ("connection", "close")})
@@ -88,7 +88,7 @@ class RequestMatcher:
             self._answer(f, name, channel, direction, fid, ts)
         if name in tables.responses:
             wait = tables.nowait.get(name)
-            if wait is not None and f'"{wait}":true' in (f.get("arguments_json") or ""):
+            if wait is not None and frame_arg(f, wait) is True:  # a no-wait request: no answer will come
                 return
             req = Request(fid, ts, channel, f"{name[0]}.{name[1]}", direction, (f.get("class_id"), f.get("method_id")))
             self.pending.setdefault(channel, []).append(req)

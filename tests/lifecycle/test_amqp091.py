@@ -422,3 +422,16 @@ def test_rows_have_exactly_the_contract_keys():
     assert all(tuple(x) == FLOW_EVENT_KEYS for x in f)
     assert all(tuple(x) == REQUEST_RESPONSE_KEYS for x in r)
     json.dumps(d + f + r)  # plain values only
+
+
+def test_no_wait_is_the_methods_own_bit_not_a_key_of_its_arguments_table():
+    """A declare whose x-arguments table holds a key named no_wait (true) still waits for its answer: only the
+    method's own no-wait bit says no answer comes (a text search of arguments_json once took the table's key)."""
+    c = _conv()
+    c.open_channel(1)
+    waits = c.c(1, "queue.declare", args={"queue": "a", "no_wait": False, "arguments": {"no_wait": True}})
+    c.c(1, "queue.declare", args={"queue": "b", "no_wait": True, "arguments": {"no_wait": False}})
+    ok = c.s(1, "queue.declare-ok")
+    _, _, r, _ = run(c)
+    declares = [x for x in r if x["request"] == "queue.declare"]
+    assert [(x["request_frame_id"], x["response_frame_id"]) for x in declares] == [(waits["frame_id"], ok["frame_id"])]
