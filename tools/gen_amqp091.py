@@ -211,7 +211,7 @@ def render(dialect: str, source: str, spec: Spec, plain: Spec | None) -> str:
     lines.append("")
     ext = sorted(set(spec.methods) - set(plain.methods)) if plain is not None else []
     lines.append("# methods absent from the plain spec XML of this version (vendor extensions)")
-    lines.append("EXTENSIONS = frozenset({" + ", ".join(f"0x{k:08X}" for k in ext) + "})")
+    lines.append("EXTENSIONS: frozenset[int] = frozenset({" + ", ".join(f"0x{k:08X}" for k in ext) + "})")
     lines.append("")
     return "\n".join(lines)
 

@@ -21,7 +21,7 @@ import dataclasses
 import os
 from collections.abc import Iterator
 
-from amqplens.decode.capture import CaptureErrorRecord, SplitStats, read_capture
+from amqplens.decode.capture import CaptureErrorRecord, SplitResult, SplitStats, read_capture
 from amqplens.decode.codecs import DecodeOptions, DecodingConsumer
 from amqplens.decode.tcp import ConnectionRecord, GapRecord, TcpReassembler
 
@@ -94,7 +94,7 @@ class _Recorder(DecodingConsumer):
         self.errors_out += self.drain_errors() + self.drain_frame_errors()
 
 
-def read_packets(path: str | os.PathLike, capture_id: str = "capture") -> tuple[dict[str, list], object]:
+def read_packets(path: str | os.PathLike, capture_id: str = "capture") -> tuple[dict[str, list], SplitResult]:
     """The capture's packet columns sorted by (flow_key, ts_us, record_offset), as the job's shuffle sorts them,
     and the reader (its ``stats`` and ``errors``)."""
     reader = read_capture(str(path), capture_id)

@@ -15,9 +15,11 @@ import dataclasses
 import functools
 import struct
 from collections.abc import Callable
+from typing import cast
 
 from amqplens.decode import detect
 from amqplens.decode.redaction import DEFAULT_REDACT_HEADERS, HeaderRedactor
+from amqplens.decode.streaming import Codec
 from amqplens.decode.tcp.reassembly import TLS_HANDSHAKE
 from amqplens.decode.tcp.records import TO_SERVER, ConnectionRecord
 from amqplens.decode.tls import KeyLog, TlsLayer
@@ -41,7 +43,7 @@ class DecodeOptions:
     tls_keys: object = dataclasses.field(default=None, repr=False, compare=False)
 
     def key_log(self) -> KeyLog | None:
-        return getattr(self.tls_keys, "value", self.tls_keys)
+        return cast("KeyLog | None", getattr(self.tls_keys, "value", self.tls_keys))
     compiled: str = "off"  # auto | on | off: the 0-9-1 hot frames through the numba walk (v0_9_1.hotpath); same rows; off until it pays (docs/performance.md)
 
 
@@ -70,7 +72,8 @@ def _v0_10(connection_id: str, dialect: str | None, o: DecodeOptions):
 def _draft(connection_id: str, dialect: str | None, o: DecodeOptions):
     from amqplens.decode.drafts import DraftStreamDecoder
 
-    return DraftStreamDecoder(connection_id, dialect=dialect, max_error_bytes=o.max_error_bytes)
+    # a draft's name: the CODECS key it is registered under, or the framing SharedHeaderConsumer chose
+    return DraftStreamDecoder(connection_id, dialect=cast(str, dialect), max_error_bytes=o.max_error_bytes)
 
 
 def _v0_9_or_fast(connection_id: str, dialect: str | None, o: DecodeOptions):
@@ -83,7 +86,7 @@ def _v0_9_or_fast(connection_id: str, dialect: str | None, o: DecodeOptions):
 # protocol header name (amqplens.decode.detect) -> codec factory. Headers of
 # dialects without a codec yet go to the 0-9-1 family decoder, which records
 # them as an unsupported dialect (every byte accounted for).
-CODECS: dict[str, Callable] = {
+CODECS: dict[str | None, Callable] = {  # looked up with the detected name, None when there is none
     "0-8": _v0_9_1,
     "0-9": _v0_9_or_fast,
     "0-9-1": _v0_9_1,
@@ -151,7 +154,7 @@ class DecodingConsumer:
         self.tls_port = tls_port  # on a TLS port, a stream that does not open with an AMQP header is TLS
         self.options = options
         self.on_close = on_close
-        self.codec = None
+        self.codec: Codec | None = None
         self._held: list[tuple] = []  # ("data"|"gap", args) until the codec is chosen
         self._head = b""
         self.detected: str | None = None  # the protocol header's dialect, if the client sent one
@@ -198,11 +201,11 @@ class DecodingConsumer:
     def close(self, connection: ConnectionRecord) -> None:
         if self.codec is None:
             self._choose(self._head if self._head[:4] == b"AMQP" else None)
-        self.codec.close(connection)
+        cast(Codec, self.codec).close(connection)  # chosen by now
         self.on_close(self, connection)
 
     def drain_frames(self) -> list[dict]:
-        rows = self.codec.drain_frames() if self.codec is not None else []
+        rows: list[dict] = self.codec.drain_frames() if self.codec is not None else []
         for row in rows:
             self._redactor.row(row)
         return rows
@@ -229,7 +232,7 @@ class DecodingConsumer:
     def drain_frame_errors(self) -> list[dict]:
         """The codec's rows for frames whose content did not decode. Their raw bytes never went through the
         header redaction (nothing decoded), so a frame that names a redacted header keeps only its hash."""
-        rows = self.codec.drain_frame_errors() if self.codec is not None else []
+        rows: list[dict] = self.codec.drain_frame_errors() if self.codec is not None else []
         for row in rows:
             if row["raw"] is not None and self._redactor.mentions(row["raw"]):
                 row["raw"], row["detail"] = None, row["detail"] + " (raw bytes withheld: they name a redacted header)"

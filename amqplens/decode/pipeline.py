@@ -250,7 +250,7 @@ def _fits(v: int, typ: pa.DataType) -> bool:
 
 
 def _coerce(row: dict, typ: pa.StructType) -> dict:
-    out = {}
+    out: dict[str, typing.Any] = {}
     for field in typ:
         v = row.get(field.name)
         if v is None:

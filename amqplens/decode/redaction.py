@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from typing import cast
 
 REDACTED = "<redacted>"
 # names whose values are credentials in the HTTP, STOMP and AMQP clients we know of
@@ -23,6 +25,7 @@ DEFAULT_REDACT_HEADERS = (
 )  # fmt: skip
 ROW_COLUMNS = ("properties_json", "arguments_json")
 
+_Search = Callable[[str], "re.Match[str] | None"]
 _DUMP = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode  # the codecs' compact form
 
 
@@ -45,7 +48,7 @@ class HeaderRedactor:
         """The JSON ``text`` with the value of every matching member replaced (the same object when none matches)."""
         if not text or not self.names:
             return text
-        if self._search(text.lower()) is None:
+        if cast(_Search, self._search)(text.lower()) is None:  # set whenever there are names
             return text
         try:
             value = json.loads(text)

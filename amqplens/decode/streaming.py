@@ -28,9 +28,11 @@ from __future__ import annotations
 import collections
 import hashlib
 import re
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol, cast
 
 from amqplens.decode.detect import AMQP, HEADER_SIZE, could_be_header
-from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionRecord
+from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionRecord, StreamConsumer
 
 START, SYNCED, RESYNC, OPAQUE = "start", "synced", "resync", "opaque"
 YES, NO, WAIT = 1, 0, -1
@@ -131,11 +133,12 @@ class DirectionFramerBase(FramerCore):
     gap always switches to RESYNC).
     """
 
-    CANDIDATE = None
+    CANDIDATE: re.Pattern[bytes] | None = None
     RESYNC_TAIL = 0
     START_WAITS_AT_CLOSE = True  # a could-be protocol header cut short at close/gap: a truncation (else: searched)
     GAP_LEAVES_OPAQUE = True
     OPAQUE_REASON = ("unsupported_dialect", "")
+    _steps: ClassVar[dict[str, Callable[..., int]]]  # mode -> its step, per subclass (``__init_subclass__``)
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -224,7 +227,7 @@ class DirectionFramerBase(FramerCore):
                 cut_frame_end = self._cut_frame_end(buf, pos, n)
             if self.region is None or self.mode not in (RESYNC, self.OPAQUE_MODE):
                 self._open_region(pos, *final_reason)
-            self.region.add(mv[pos:n])
+            cast(ErrorRegion, self.region).add(mv[pos:n])  # open: RESYNC and the opaque mode keep theirs
             pos = n
         self.pending = buf[pos:] if pos < n else b""
         self.base += pos
@@ -237,7 +240,8 @@ class DirectionFramerBase(FramerCore):
 
     def _lose_sync(self, pos: int, reason: str, detail: str) -> int:
         self._open_region(pos, reason, detail)
-        self.region.add(self._mv[pos : pos + 1])  # the bad header's first octet; the scan starts after it
+        # the bad header's first octet; the scan starts after it (inside ``_run``: _mv is its buffer)
+        cast(ErrorRegion, self.region).add(cast(memoryview, self._mv)[pos : pos + 1])
         self.mode = RESYNC
         return pos + 1
 
@@ -282,7 +286,7 @@ class DirectionFramerBase(FramerCore):
         if self.skip_to is not None:
             target = self.skip_to - self.base
             if target > n:
-                self.region.add(mv[pos:n])
+                cast(ErrorRegion, self.region).add(mv[pos:n])  # opened above if it was not
                 return n
             start = max(pos, target)
             self.skip_to = None
@@ -292,18 +296,18 @@ class DirectionFramerBase(FramerCore):
             q = m.start()
             verdict = self._plausible(buf, q, n, final)
             if verdict == YES:
-                self.region.add(mv[pos:q])
+                cast(ErrorRegion, self.region).add(mv[pos:q])
                 self._flush_region()
                 self.mode = SYNCED
                 return q
             if verdict == WAIT:
-                self.region.add(mv[pos:q])
+                cast(ErrorRegion, self.region).add(mv[pos:q])
                 self.stalled = True
                 return q
             m = search(buf, q + 1)
         # a frame or protocol header may start in the last RESYNC_TAIL bytes: the search needs more to see it
         cut = n if final else max(pos, start, n - self.RESYNC_TAIL)
-        self.region.add(mv[pos:cut])
+        cast(ErrorRegion, self.region).add(mv[pos:cut])
         if cut < n:
             self.need = n - cut + 1
             self.stalled = True
@@ -312,12 +316,25 @@ class DirectionFramerBase(FramerCore):
     def _opaque(self, buf: bytes, mv: memoryview, pos: int, n: int, final: bool) -> int:
         if self.region is None:
             self._open_region(pos, *self.opaque_reason)
-        self.region.add(mv[pos:n])
+        cast(ErrorRegion, self.region).add(mv[pos:n])  # opened above if it was not
         return n
 
     def _wait(self, needed: int) -> int:
         self.need = needed  # pending is cut at the candidate before the next attempt
         return WAIT
+
+
+class Codec(StreamConsumer, Protocol):
+    """What decodes one connection's streams (a codec, ``SharedHeaderConsumer``, ``TlsLayer``, ``DecodingConsumer``):
+    a ``StreamConsumer`` with the drains and the connection facts."""
+
+    def drain_frames(self) -> list[dict]: ...
+
+    def drain_errors(self) -> list[dict]: ...
+
+    def drain_frame_errors(self) -> list[dict]: ...
+
+    def connection_facts(self) -> dict: ...
 
 
 class StreamDecoderBase:
@@ -337,6 +354,10 @@ class StreamDecoderBase:
 
     FRAME_TEMPLATE: dict = {}
     EMPTY_INTERNAL_ERROR_ROWS = False  # an internal_error row even when no byte was lost
+    # set by every subclass's __init__
+    dialect: str
+    redact: bool
+    _facts: Any  # the codec's connection facts: a ConnectionFacts (``.facts``), or the facts dict itself
 
     def _init_streams(self, connection_id: str, framers: dict, trackers: dict | None = None) -> None:
         self.connection_id = connection_id
@@ -442,6 +463,7 @@ class StreamDecoderBase:
 
     # -- framer callbacks and rows ------------------------------------------------------------
     def on_error(self, framer, region: ErrorRegion) -> None:
+        raw: bytes | None
         raw, detail = bytes(region.raw), region.detail
         if self._may_hold_secret(framer.direction, region.offset, region.reason, raw):
             raw, detail = None, detail + " (raw bytes withheld: they may hold credentials)"

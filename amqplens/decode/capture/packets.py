@@ -33,7 +33,7 @@ class PacketDecoder:
         self._new_columns()
 
     def _new_columns(self) -> None:
-        self.columns = {name: [] for name in PACKET_COLUMNS}
+        self.columns: dict[str, list] = {name: [] for name in PACKET_COLUMNS}
         c = self.columns
         self._append = (
             c["record_offset"].append, c["ts_us"].append, c["ip_version"].append,

@@ -8,6 +8,7 @@ and how to judge a record header; ``iter_records`` walks one split's records
 from __future__ import annotations
 
 import struct
+from typing import cast
 
 import numpy as np
 
@@ -59,6 +60,7 @@ class PcapFile:
             self.ts_lo, self.ts_hi = clock - TS_BEFORE, clock + TS_AFTER
 
     def _file_clock(self) -> int | None:
+        seconds: list[int]
         seconds, pos = [], FILE_HEADER_LEN
         while len(seconds) < CLOCK_SAMPLE and pos + RECORD_HEADER_LEN <= self.size:
             fields = self.record.unpack_from(self.buf, pos)
@@ -76,7 +78,7 @@ class PcapFile:
         return 0 < origlen <= MAX_RECORD_LEN and caplen <= origlen
 
     def timely(self, sec: int) -> bool:
-        return self.ts_lo is None or self.ts_lo <= sec <= self.ts_hi
+        return self.ts_lo is None or self.ts_lo <= sec <= cast(int, self.ts_hi)  # set with ts_lo
 
     def plausible(self, sec: int, frac: int, caplen: int, origlen: int) -> bool:
         """Framed and timely: what every header of a resync chain must be."""
@@ -131,7 +133,7 @@ class PcapFile:
         ok = (frac < self.frac_limit) & (caplen <= self.max_caplen)
         ok &= (caplen <= origlen) & (origlen <= MAX_RECORD_LEN) & (origlen > 0)
         if self.ts_lo is not None:
-            ok &= (sec >= max(self.ts_lo, 0)) & (sec <= min(self.ts_hi, 0xFFFFFFFF))
+            ok &= (sec >= max(self.ts_lo, 0)) & (sec <= min(cast(int, self.ts_hi), 0xFFFFFFFF))  # set with ts_lo
         return (np.flatnonzero(ok) + lo).tolist()
 
 

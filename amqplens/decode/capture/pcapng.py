@@ -11,6 +11,7 @@ and the interfaces defined before its first block.
 from __future__ import annotations
 
 import struct
+from typing import cast
 
 import numpy as np
 
@@ -139,7 +140,7 @@ class PcapngFile:
         return self.size
 
     def _candidates(self, lo: int, count: int) -> list[tuple[int, str]]:
-        found = []
+        found: list[tuple[int, str]] = []
         for endian in "<>":
             btype = u32_at_every_offset(self.buf, lo, count, endian)
             blen = u32_at_every_offset(self.buf, lo + 4, count, endian)
@@ -156,7 +157,7 @@ class PcapngFile:
         while True:
             shb = self.buf.rfind(SHB_MAGIC, 0, hi)
             if shb <= 0:
-                return self.section_at(0)
+                return cast(Section, self.section_at(0))  # the constructor checked the SHB at 0
             section = self.section_at(shb)
             if section is not None:  # the test a sequential read applies to an SHB
                 return section
@@ -218,7 +219,7 @@ def iter_records(ng: PcapngFile, walk: SplitWalk, errors: ErrorLog):
     """Yield ``(block_offset, linktype, ts_us, data_offset, caplen, origlen)`` for one split's walk."""
     buf, size = ng.buf, ng.size
     pos = walk.first(0)
-    section = ng.section_at(0) if walk.start == 0 else ng.find_section(pos)
+    section = cast(Section, ng.section_at(0)) if walk.start == 0 else ng.find_section(pos)  # 0: checked by PcapngFile
     if walk.start != 0:
         ng.learn_interfaces(section, pos, all_blocks=False)
     unknown: set[int] = set()  # interface ids already reported missing

@@ -163,6 +163,7 @@ def guard_timestamps(records, log: ErrorLog, time_after=lambda: None):
     of a split ``time_after()`` reads it from the records after the split, so every split cut gives the
     single pass's times. Past ``HOLD_RECORDS`` bad records in a row, they take the last good time.
     """
+    held: list[tuple]
     held, last = [], None
     for rec in records:
         ts_us = rec[2]

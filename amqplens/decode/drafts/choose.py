@@ -10,8 +10,13 @@ into it, so no byte is lost or repeated.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from amqplens.decode.detect import AMQP, D0_9, HEADER_SIZE
 from amqplens.decode.drafts.layouts import AMQP_FAST, NEED, Frame, parse_fast, parse_published_0_9
+
+if TYPE_CHECKING:
+    from amqplens.decode.streaming import Codec
 
 FRAMES_TO_AGREE = 3  # consecutive frames one framing must parse when the other cannot
 MAX_HELD = 256 << 10  # bytes held undecided before the published 0-9 is assumed
@@ -50,7 +55,7 @@ class SharedHeaderConsumer:
 
     def __init__(self, make_codec) -> None:
         self.make_codec = make_codec  # dialect -> codec
-        self.codec = None
+        self.codec: Codec | None = None
         self.chosen: str | None = None
         self._held: list[tuple] = []
         self._bytes = {"to_server": b"", "to_client": b""}
@@ -92,8 +97,8 @@ class SharedHeaderConsumer:
 
     def close(self, connection=None) -> None:
         if self.codec is None:
-            self._decide(True)
-        self.codec.close(connection)
+            self._decide(True)  # final: it chooses
+        cast("Codec", self.codec).close(connection)
 
     def drain_frames(self) -> list[dict]:
         return self.codec.drain_frames() if self.codec is not None else []

@@ -10,9 +10,12 @@ end there). Every byte fed is in exactly one frame or one region.
 
 from __future__ import annotations
 
+from typing import cast
+
 from amqplens.decode.detect import AMQP, HEADER_SIZE, could_be_header
 from amqplens.decode.drafts.layouts import NEED, Frame
 from amqplens.decode.streaming import OPAQUE, RESYNC, START, SYNCED, FramerCore  # noqa: F401  (START: this module's name for it)
+from amqplens.decode.streaming import ErrorRegion
 
 
 class DraftFramer(FramerCore):
@@ -71,7 +74,7 @@ class DraftFramer(FramerCore):
         if final and pos < n:
             if self.region is None:
                 self._open_region(pos, *final_reason)
-            self.region.add(buf[pos:n])
+            cast(ErrorRegion, self.region).add(buf[pos:n])  # opened above if it was not
             pos = n
         self.pending = buf[pos:]
         self.base += pos
@@ -105,7 +108,7 @@ class DraftFramer(FramerCore):
         if isinstance(frame, Frame):
             return self._emit(buf, pos, frame)
         self._open_region(pos, *frame)
-        self.region.add(buf[pos : pos + 1])
+        cast(ErrorRegion, self.region).add(buf[pos : pos + 1])  # just opened
         self.mode, self.extended = RESYNC, False
         return pos + 1
 
@@ -121,18 +124,18 @@ class DraftFramer(FramerCore):
                 after = q + frame.total
                 nxt = self.parse(buf, after, frame.ftype == 9) if after < len(buf) else None
                 if isinstance(nxt, Frame) or (nxt == NEED and not final and frame.ftype != 9) or (nxt is None and (final or frame.ftype != 9)):
-                    self.region.add(buf[pos:q])
+                    cast(ErrorRegion, self.region).add(buf[pos:q])  # opened above if it was not
                     self._flush_region()
                     self.mode = SYNCED
                     return q
                 if nxt == NEED and not final:
                     break
             q += 1
-        self.region.add(buf[pos:q])
+        cast(ErrorRegion, self.region).add(buf[pos:q])
         return q if q > pos else None
 
     def _opaque(self, buf: bytes, pos: int, final: bool):
         if self.region is None:
             self._open_region(pos, "unsupported_dialect", "a stream in a dialect this codec does not decode")
-        self.region.add(buf[pos:])
+        cast(ErrorRegion, self.region).add(buf[pos:])  # opened above if it was not
         return len(buf)

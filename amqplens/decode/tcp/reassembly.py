@@ -23,12 +23,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from amqplens.decode.capture.records import ACK, FIN, RST, SYN
 from amqplens.decode.tcp.columns import column_lists
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionRecord, GapRecord, StreamConsumer
-from amqplens.decode.tcp.stream import M32, MAX_AHEAD, HalfStream
+from amqplens.decode.tcp.stream import M32, MAX_AHEAD, EmitGap, HalfStream
 
 AMQP_MAGIC = b"AMQP"
 TLS_HANDSHAKE = b"\x16\x03"  # a TLS record header: content type handshake, version 3.x
@@ -41,6 +41,8 @@ DEFAULT_REUSE_IDLE_US = 60_000_000
 # windows seen in practice and keeps 200 connections under 100 MiB.
 DEFAULT_HISTORY_BYTES = 256 * 1024
 _CONTROL = SYN | FIN | RST
+# output held until selection: (half stream, offset, ts_us, data bytes or gap length, gap reason or None)
+_Held = tuple[HalfStream, int, int, Any, "str | None"]
 
 
 def connection_id(
@@ -105,7 +107,7 @@ class _Connection:
         self.decided = False
         self.dropped = False
         self.selected_by: str | None = None
-        self.pending: list | None = []  # output held until the connection is selected
+        self.pending: list[_Held] | None = []  # output held until the connection is selected
         self.pending_bytes = 0
         self.consumer: StreamConsumer | None = None
         self.connection_id = ""
@@ -153,15 +155,17 @@ class TcpReassembler:
         cols = column_lists(batch)
         self.stats.packets += len(cols[0])
         cur = self._flow_key
-        conn = self._conn
-        sa = sb = None
+        # conn (and sa, sb) is None only while no flow is open; then cur is None too, so the first row starts a
+        # flow (fk != cur) before any of them is read
+        conn = cast(_Connection, self._conn)
+        sa = sb = cast(HalfStream, None)
         if conn is not None:
             sa, sb = conn.a, conn.b
         a_ip, a_port, b_ip, b_port = self._a_ip, self._a_port, self._b_ip, self._b_port
         for fk, ts, ipv, sip, sp, dip, dp, seq, ack, fl, wl, pl, tr in zip(*cols):
             if fk != cur:
                 self._start_flow(fk, ipv, sip, sp, dip, dp, ts, fl)
-                cur, conn = fk, self._conn
+                cur, conn = fk, cast(_Connection, self._conn)  # _start_flow opened one
                 sa, sb = conn.a, conn.b
                 a_ip, a_port, b_ip, b_port = sip, sp, dip, dp
             if sp == a_port and sip == a_ip:
@@ -354,15 +358,16 @@ class TcpReassembler:
                     s.set_isn(seq)
         elif conn.hs_pending and s is conn.client:
             conn.hs_pending = False
-            if fl & ACK and ack == (conn.server_isn + 1) & M32:
-                conn.rtt = ts - conn.syn_ts
+            # hs_pending: the SYN/ACK (server_isn) and the SYN (syn_ts) were both seen
+            if fl & ACK and ack == (cast(int, conn.server_isn) + 1) & M32:
+                conn.rtt = ts - cast(int, conn.syn_ts)
         if fl & (FIN | RST) and conn.end_reason is None:
             conn.end_reason = "rst" if fl & RST else "fin"
             conn.closer = s
 
     # -- selection --------------------------------------------------------
 
-    def _port(self, conn: _Connection, s: HalfStream) -> int:
+    def _port(self, conn: _Connection, s: HalfStream | None) -> int:
         return self._a_port if s is conn.a else self._b_port
 
     def _set_roles(self, conn: _Connection, client: HalfStream) -> None:
@@ -387,11 +392,12 @@ class TcpReassembler:
                 self._set_roles(conn, a if self._a_port >= self._b_port else b)
             else:
                 return
+        client = cast(HalfStream, conn.client)  # the roles are set by now
         if self._port(conn, conn.server) in self.ports:
             self._select(conn, "port")
-        elif self.sniff and conn.client.head.startswith(AMQP_MAGIC):
+        elif self.sniff and client.head.startswith(AMQP_MAGIC):
             self._select(conn, "sniff")
-        elif force or not self.sniff or not conn.client.head_open:
+        elif force or not self.sniff or not client.head_open:
             self._drop(conn)
 
     def _select(self, conn: _Connection, selected_by: str) -> None:
@@ -411,12 +417,12 @@ class TcpReassembler:
         conn.consumer = consumer
         for s in (conn.a, conn.b):
             s.on_head = None
-            s.emit = partial(consumer.data, s.direction) if consumer is not None else None
+            s.emit = partial(consumer.data, cast(str, s.direction)) if consumer is not None else None  # roles set
             s.emit_gap = partial(self._emit_gap, conn, s)
         held, conn.pending = conn.pending or [], None
         for s, off, ts, item, reason in held:
             if reason is not None:
-                s.emit_gap(off, item, ts, reason)
+                cast(EmitGap, s.emit_gap)(off, item, ts, reason)  # set just above
             elif s.emit is not None:
                 s.emit(off, ts, item)
         self.stats.connections_selected += 1
@@ -430,7 +436,7 @@ class TcpReassembler:
         self.stats.packets_dropped += conn.a.packets + conn.b.packets
 
     def _hold_data(self, conn: _Connection, s: HalfStream, off: int, ts: int, data: bytes) -> None:
-        conn.pending.append((s, off, ts, data, None))
+        cast("list[_Held]", conn.pending).append((s, off, ts, data, None))  # a list until decided
         conn.pending_bytes += len(data)
         if conn.pending_bytes > SNIFF_HOLD_BYTES:
             self._decide(conn, force=True)
@@ -438,14 +444,15 @@ class TcpReassembler:
     def _hold_gap(
         self, conn: _Connection, s: HalfStream, off: int, length: int, ts: int, reason: str
     ) -> None:
-        conn.pending.append((s, off, ts, length, reason))
+        cast("list[_Held]", conn.pending).append((s, off, ts, length, reason))  # a list until decided
 
     def _emit_gap(
         self, conn: _Connection, s: HalfStream, off: int, length: int, ts: int, reason: str
     ) -> None:
-        self._gaps.append(GapRecord(conn.connection_id, s.direction, off, length, ts, reason))
+        direction = cast(str, s.direction)  # set with the roles, before selection
+        self._gaps.append(GapRecord(conn.connection_id, direction, off, length, ts, reason))
         if conn.consumer is not None:
-            conn.consumer.gap(s.direction, off, length, ts)
+            conn.consumer.gap(direction, off, length, ts)
 
     # -- the record ---------------------------------------------------------
 
@@ -457,12 +464,12 @@ class TcpReassembler:
     def _tls(self, conn: _Connection) -> bool:
         return (
             self._port(conn, conn.server) in self.tls_ports
-            or conn.client.head.startswith(TLS_HANDSHAKE)
-            or conn.server.head.startswith(TLS_HANDSHAKE)
+            or cast(HalfStream, conn.client).head.startswith(TLS_HANDSHAKE)  # the roles are set at selection
+            or cast(HalfStream, conn.server).head.startswith(TLS_HANDSHAKE)
         )
 
     def _record(self, conn: _Connection, reused: bool) -> ConnectionRecord:
-        c, s = conn.client, conn.server
+        c, s = cast(HalfStream, conn.client), cast(HalfStream, conn.server)  # a selected connection has roles
         client_ip, client_port, server_ip, server_port = self._endpoints(conn)
         closed_by = None
         if conn.closer is not None:
@@ -482,7 +489,7 @@ class TcpReassembler:
             end_reason=conn.end_reason or ("port_reuse" if reused else "capture_end"),
             closed_by=closed_by,
             tls=self._tls(conn),
-            selected_by=conn.selected_by,
+            selected_by=cast(str, conn.selected_by),  # set by _select
             packets_to_server=c.packets,
             packets_to_client=s.packets,
             wire_bytes_to_server=c.wire_bytes,

@@ -18,6 +18,8 @@ calls tile ``[0, next)``: no offset repeats and nothing is skipped.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
+from typing import cast
 
 M32 = 0xFFFFFFFF
 HALF = 1 << 31
@@ -30,6 +32,11 @@ GAP_OVERFLOW = "buffer_overflow"
 GAP_SNAPLEN = "snaplen"
 
 HEAD_BYTES = 8  # enough for an AMQP protocol header or a TLS record header
+
+# the owner's callables: emit(offset, ts_us, data), emit_gap(offset, length, ts_us, reason), on_head(half_stream)
+Emit = Callable[[int, int, bytes], None]
+EmitGap = Callable[[int, int, int, str], None]
+OnHead = Callable[["HalfStream"], None]
 
 
 class HalfStream:
@@ -88,9 +95,9 @@ class HalfStream:
         self.conflicts = 0
         self.head = b""  # the first bytes delivered, for protocol sniffing
         self.head_open = True
-        self.on_head = None  # called with self once ``head`` holds 4 bytes
-        self.emit = None
-        self.emit_gap = None
+        self.on_head: OnHead | None = None  # called with self once ``head`` holds 4 bytes
+        self.emit: Emit | None = None
+        self.emit_gap: EmitGap | None = None
 
     # -- sequence space -------------------------------------------------
 
@@ -101,7 +108,8 @@ class HalfStream:
 
     def offset(self, seq: int) -> int:
         """The stream offset of ``seq``: the one nearest the next expected byte."""
-        return self.next + (((seq - self.nseq + HALF) & M32) - HALF)
+        # every caller has set nseq (segment, _control and stream_end_hint check it first)
+        return self.next + (((seq - cast(int, self.nseq) + HALF) & M32) - HALF)
 
     def stream_end_hint(self) -> int:
         """Where the stream ends as far as the FIN or the peer's ACKs tell."""
@@ -153,7 +161,7 @@ class HalfStream:
         """Hand on bytes that start exactly at ``next`` (the inlined fast path mirrors this)."""
         n = len(data)
         self.next = off + n
-        self.nseq = (self.nseq + n) & M32
+        self.nseq = (cast(int, self.nseq) + n) & M32  # set: bytes are placed only after it is
         self.hist_offs.append(off)
         self.hist_data.append(data)
         self.hist_bytes += n
@@ -170,7 +178,7 @@ class HalfStream:
     def gap(self, length: int, ts_us: int, reason: str) -> None:
         off = self.next
         self.next = off + length
-        self.nseq = (self.nseq + length) & M32
+        self.nseq = (cast(int, self.nseq) + length) & M32  # set: a gap is only placed after it is
         self.missing += length
         emit_gap = self.emit_gap
         if emit_gap is not None:

@@ -24,8 +24,9 @@ from __future__ import annotations
 import collections
 import struct
 from collections.abc import Callable
+from typing import Any, cast
 
-from amqplens.decode.streaming import ErrorRegion
+from amqplens.decode.streaming import Codec, ErrorRegion
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionRecord
 from amqplens.decode.tls import handshake as hs
 from amqplens.decode.tls import keylog as kl
@@ -91,7 +92,7 @@ class _Direction:
 
 
 class TlsLayer:
-    def __init__(self, connection_id: str, keylog: kl.KeyLog | None, inner_factory: Callable[[], object], max_error_bytes: int) -> None:
+    def __init__(self, connection_id: str, keylog: kl.KeyLog | None, inner_factory: Callable[[], Codec], max_error_bytes: int) -> None:
         self.connection_id = connection_id
         self.keylog = keylog or kl.KeyLog()
         self.inner_factory = inner_factory
@@ -101,7 +102,7 @@ class TlsLayer:
         self.client_random: bytes | None = None
         self.version: int | None = None
         self.cipher_suite: int | None = None
-        self.inner = None
+        self.inner: Codec | None = None
         self._errors: list[dict] = []
 
     # -- the codec interface ---------------------------------------------------------------
@@ -147,7 +148,9 @@ class TlsLayer:
                 self._stop(d, 0, *TRUNCATED)
             self._flush(d)
         if self.inner is not None:
-            self.inner.close(connection)
+            # None only when the layer is closed without a record (tools, tests): the inner DecodingConsumer
+            # passes it on to its codec, which takes None, and to _ignore_close
+            self.inner.close(cast(ConnectionRecord, connection))
 
     def drain_frames(self) -> list[dict]:
         return self.inner.drain_frames() if self.inner is not None else []
@@ -160,7 +163,7 @@ class TlsLayer:
         return self.inner.drain_frame_errors() if self.inner is not None else []
 
     def connection_facts(self) -> dict:
-        out = dict(self.inner.connection_facts()) if self.inner is not None else {}
+        out: dict[str, Any] = dict(self.inner.connection_facts()) if self.inner is not None else {}
         for name, d in self.dirs.items():
             out.setdefault(f"frame_bytes_{name}", 0)
             out[f"error_bytes_{name}"] = (out.get(f"error_bytes_{name}") or 0) + d.undecrypted
@@ -235,7 +238,7 @@ class TlsLayer:
         secret 0 tells itself by opening with it."""
         if not d.later:
             return None
-        trial = tls13_decryptor(SUITES[self.cipher_suite], d.later[0])
+        trial = tls13_decryptor(SUITES[cast(int, self.cipher_suite)], d.later[0])  # later: set with the suite
         plain = trial.open(ct, version, fragment)
         if plain is not None:
             d.secret, d.decryptor, d.later = d.later[0], trial, d.later[1:]
@@ -255,10 +258,11 @@ class TlsLayer:
                     self._decide(hello)
             elif protected and msg_type == hs.FINISHED and self.version == 0x0304 and d.later:
                 d.secret, d.later = d.later[0], d.later[1:]  # the sender's next records use traffic secret 0
-                d.decryptor = tls13_decryptor(SUITES[self.cipher_suite], d.secret)
+                # version set: the ServerHello named the suite (cipher_suite) too
+                d.decryptor = tls13_decryptor(SUITES[cast(int, self.cipher_suite)], d.secret)
             elif protected and msg_type == hs.KEY_UPDATE and self.version == 0x0304 and d.secret is not None:
-                d.secret = tls13_next_secret(SUITES[self.cipher_suite], d.secret)
-                d.decryptor = tls13_decryptor(SUITES[self.cipher_suite], d.secret)
+                d.secret = tls13_next_secret(SUITES[cast(int, self.cipher_suite)], d.secret)  # as above
+                d.decryptor = tls13_decryptor(SUITES[cast(int, self.cipher_suite)], d.secret)
         if len(d.hs) > hs.MAX_HANDSHAKE_MESSAGE:
             d.hs.clear()  # a message longer than any we read: its bytes stay overhead
 
@@ -272,7 +276,8 @@ class TlsLayer:
         elif suite is None or suite.version != version:
             self._not_decoded(UNSUPPORTED_SUITE)
         elif version == TLS12 and kl.CLIENT_RANDOM in secrets:
-            client, server = tls12_decryptors(suite, secrets[kl.CLIENT_RANDOM], self.client_random, hello.random)
+            client_random = cast(bytes, self.client_random)  # set: the secrets were found by it
+            client, server = tls12_decryptors(suite, secrets[kl.CLIENT_RANDOM], client_random, hello.random)
             self.dirs[TO_SERVER].pending, self.dirs[TO_CLIENT].pending = client, server
             self._keys_found()
         elif version == TLS13 and self._tls13_keys(suite, secrets):
@@ -304,7 +309,8 @@ class TlsLayer:
         self.status = status
         reason, detail = NOT_DECODED[status]
         for d in self.dirs.values():
-            region, d.shadow = d.shadow, None
+            # status is still None here, and every shadow lives until a status is set
+            region, d.shadow = cast(ErrorRegion, d.shadow), None
             region.reason, region.detail = reason, detail
             d.region, d.opaque, d.overhead = region, (reason, detail), 0
             d.base = d.expected
@@ -322,7 +328,7 @@ class TlsLayer:
 
     def _undecrypted(self, d: _Direction, offset: int, ts_us: int, data: bytes) -> None:
         if d.region is None:
-            d.region = ErrorRegion(offset, ts_us, *d.opaque, self.cap)
+            d.region = ErrorRegion(offset, ts_us, *cast("tuple[str, str]", d.opaque), self.cap)  # set: not decrypted
         d.region.add(data)
 
     def _flush(self, d: _Direction) -> None:

@@ -16,10 +16,16 @@ VERSION_NAMES = {0x0300: "ssl3.0", 0x0301: "1.0", 0x0302: "1.1", 0x0303: TLS12, 
 TAG_LEN = 16  # every suite here has a 16-byte tag
 
 
+class Aead(typing.Protocol):
+    """What ``Suite.aead`` makes of a key (``cryptography``'s AESGCM, AESCCM, ChaCha20Poly1305)."""
+
+    def decrypt(self, nonce: bytes, data: bytes, associated_data: bytes | None, /) -> bytes: ...
+
+
 class Suite(typing.NamedTuple):
     name: str
     version: str  # the protocol version the suite belongs to
-    aead: typing.Callable[[bytes], object]  # key -> an object with decrypt(nonce, data, aad)
+    aead: typing.Callable[[bytes], Aead]  # key -> an object with decrypt(nonce, data, aad)
     key_len: int
     fixed_iv_len: int  # TLS 1.2: the implicit part of the nonce (4 for GCM, 12 for ChaCha20); TLS 1.3: 12
     explicit_nonce_len: int  # TLS 1.2 GCM sends 8 nonce bytes in each record; ChaCha20 and TLS 1.3 none

@@ -30,12 +30,15 @@ from amqplens.decode.detect import AMQP, HEADER_SIZE
 from amqplens.decode.streaming import NO, OPAQUE, RESYNC, START, SYNCED, YES, DirectionFramerBase
 
 FRAME_HEADER = struct.Struct(">BBHBBHI")  # flags, segment type, size, reserved, track, channel, reserved
+FrameHeader = tuple[int, int, int, int, int, int, int]  # FRAME_HEADER unpacked
 FRAME_HEADER_SIZE = 12
 # a frame header with every reserved bit zero, or a protocol header
 _CANDIDATE = re.compile(rb"(?=[\x00-\x0f][\x00-\x03][\x00-\xff]{2}\x00[\x00-\x0f][\x00-\xff]{2}\x00\x00\x00\x00)|AMQP")
 
 
-def header_problem(flags: int, stype: int, size: int, strict: bool, r1: int = 0, track: int = 0, r2: int = 0):
+def header_problem(
+    flags: int, stype: int, size: int, strict: bool, r1: int = 0, track: int = 0, r2: int = 0
+) -> tuple[str, str] | None:
     """Why a 12-octet header cannot start a frame (reason, detail), or None."""
     if flags & 0xC0:
         return "bad_frame_header", f"frame format version {flags >> 6} (0-10 frames are version 0)"
@@ -95,7 +98,7 @@ class DirectionFramer(DirectionFramerBase):
             return YES if buf[q + 4 : q + 8] == b"\x01\x01\x00\x0a" else NO
         if q + FRAME_HEADER_SIZE > n:
             return NO if final else self._wait(FRAME_HEADER_SIZE)
-        header = FRAME_HEADER.unpack_from(buf, q)
+        header: FrameHeader = FRAME_HEADER.unpack_from(buf, q)
         if header_problem(*header[:3], True, header[3], header[4], header[6]) is not None:
             return NO
         end = q + header[2]
@@ -107,7 +110,7 @@ class DirectionFramer(DirectionFramerBase):
         if end + FRAME_HEADER_SIZE <= n:
             if buf.startswith(AMQP, end):
                 return YES
-            nxt = FRAME_HEADER.unpack_from(buf, end)
+            nxt: FrameHeader = FRAME_HEADER.unpack_from(buf, end)
             return YES if header_problem(*nxt[:3], True, nxt[3], nxt[4], nxt[6]) is None else NO
         if final or (end == n and strength > 1):
             return YES

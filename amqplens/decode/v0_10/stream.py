@@ -17,6 +17,8 @@ class, the control or command, and the command id). Nothing raises out of
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from amqplens.decode.detect import D0_10, describe, detect_protocol_header
 from amqplens.decode.errors import DecodeError
 from amqplens.decode.streaming import StreamDecoderBase, decode_both
@@ -30,7 +32,7 @@ from amqplens.decode.v0_10.types import read_packed, read_struct, READERS
 
 MAX_ERROR_BYTES = 4096  # raw bytes one error row keeps (its sha256 covers them all)
 METHOD_PACK = 2  # controls and commands carry 2 octets of packing flags
-_TABLES = {CONTROL: spec.CONTROLS, COMMAND: spec.COMMANDS}
+_TABLES: dict[int, Mapping[tuple[int, int], tuple]] = {CONTROL: spec.CONTROLS, COMMAND: spec.COMMANDS}
 _SECRETS = frozenset({("connection", "start-ok"), ("connection", "secure-ok")})
 
 

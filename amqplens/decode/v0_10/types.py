@@ -17,6 +17,7 @@ from __future__ import annotations
 import decimal
 import struct
 import uuid
+from typing import cast
 
 from amqplens.decode.errors import Malformed, Truncated
 from amqplens.decode.v0_10 import spec
@@ -172,7 +173,7 @@ def _struct32(buf, off, depth):
 
 
 READERS = {name: _fixed(name) for name in _FIXED}
-READERS.update({name: _text(spec.TYPES[name][2], enc) for name, enc in _TEXT.items()})
+READERS.update({name: _text(cast(int, spec.TYPES[name][2]), enc) for name, enc in _TEXT.items()})  # all sized
 READERS.update(
     boolean=_boolean, uuid=_uuid, dec32=_dec(5), dec64=_dec(9), void=_void, bit=_void,
     map=_map, list=_list, array=_array, struct32=_struct32,
@@ -180,7 +181,8 @@ READERS.update(
 )  # fmt: skip
 for _name, (_code, _fixed_w, _var_w) in spec.TYPES.items():
     if _name not in READERS:  # binN, vbinN: opaque octets
-        READERS[_name] = _bytes(_fixed_w if _fixed_w is not None else _var_w, _fixed_w is None)
+        # every type has a fixed or a size width
+        READERS[_name] = _bytes(_fixed_w if _fixed_w is not None else cast(int, _var_w), _fixed_w is None)
 
 _WIDTH_OF_NIBBLE = {0: 1, 1: 2, 2: 4, 3: 8, 4: 16, 5: 32, 6: 64, 7: 128, 0xC: 5, 0xD: 9, 0xF: 0}
 _SIZE_OF_NIBBLE = {8: 1, 9: 2, 0xA: 4}
@@ -226,6 +228,7 @@ def read_packed(name: str, buf, off: int, limit: int, depth: int = 0, pack: int 
     """Packing flags then the present fields of struct ``name`` (or the given ``fields``)."""
     if fields is None:
         _cls, _code, _size, pack, fields = spec.STRUCTS[name]
+    pack = cast(int, pack)  # callers give pack with fields; the tables' packs are ints
     view = buf[:limit]
     _need(view, off, pack)
     flags = int.from_bytes(bytes(view[off : off + pack]), "little")

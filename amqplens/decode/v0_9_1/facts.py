@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from typing import Any
 
 from amqplens.decode.errors import DecodeError
 from amqplens.decode.v0_9_1.fieldtable import FieldTableReader
@@ -103,7 +104,7 @@ def sasl_user(mechanism, response) -> str | None:
 
 class ConnectionFacts:
     def __init__(self, connection_id: str, redaction_key: bytes | None = None, redact_secrets: bool = True) -> None:
-        self.facts = dict.fromkeys(FACT_KEYS)
+        self.facts: dict[str, Any] = dict.fromkeys(FACT_KEYS)
         self.facts["connection_id"] = connection_id
         self.facts["blocked_count"] = 0
         self.redaction_key = redaction_key

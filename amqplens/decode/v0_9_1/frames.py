@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import struct
+from collections.abc import Callable
 
 from amqplens.decode.errors import DecodeError
 from amqplens.decode.v0_9_1 import primitives as p
@@ -39,12 +40,12 @@ ALL_METHOD_KEYS = frozenset(k for spec in SPECS.values() for k in spec.METHODS) 
 
 def _compile(fields: tuple, tables: FieldTableReader) -> tuple:
     """A decode plan: ``(name, reader)`` steps; a run of up to 8 bits is ``(names, None)``."""
-    steps = []
+    steps: list[tuple] = []
     i = 0
     while i < len(fields):
         name, wire = fields[i]
         if wire == "bit":
-            run = []
+            run: list[str] = []
             while i < len(fields) and fields[i][1] == "bit" and len(run) < 8:
                 run.append(fields[i][0])
                 i += 1
@@ -173,7 +174,7 @@ class DialectTables:
         # key -> the method's (argument, frame column) pairs worth promoting
         self.promoted = {key: tuple((f, PROMOTED[f]) for f, _ in m[4] if f in PROMOTED) for key, m in spec.METHODS.items()}
         self._flag_steps: dict[tuple, tuple] = {}
-        self._fast_properties: dict[tuple, object] = {}  # the same keys: compiled readers of ``_flag_steps``
+        self._fast_properties: dict[tuple, Callable] = {}  # the same keys: compiled readers of ``_flag_steps``
         self.property_plans = {
             class_id: tuple(
                 (name, None if wire == "bit" else self.field_tables.read_table if wire == "table" else p.READERS[wire])

@@ -24,6 +24,7 @@ Modes:
 from __future__ import annotations
 
 import re
+from typing import cast
 
 from amqplens.decode.detect import HEADER_SIZE
 from amqplens.decode.streaming import NO, RESYNC, START, SYNCED, YES, DirectionFramerBase, ErrorRegion
@@ -117,7 +118,7 @@ class DirectionFramer(DirectionFramerBase):
                 return self._lose_sync(pos, "bad_frame_end", f"octet 0x{buf[end - 1]:02x} where the frame-end 0xce belongs ({kind} frame of {size} bytes)")
             if kind is None:  # well delimited, just not a type of this dialect: keep it as one error
                 self._open_region(pos, "unknown_frame_type", f"frame type {ftype} is not defined in this dialect ({size} payload bytes)")
-                self.region.add(mv[pos:end])
+                cast(ErrorRegion, self.region).add(mv[pos:end])  # just opened
                 self._flush_region()
                 return end
             # _emit, with _ts inlined
@@ -150,7 +151,7 @@ class DirectionFramer(DirectionFramerBase):
             return NO if final else self._wait(size + 8)
         if buf[end - 1] != FRAME_END:
             return NO
-        strength = self.owner.plausible_payload(kind, channel, self._mv[q + 7 : end - 1])
+        strength = self.owner.plausible_payload(kind, channel, cast(memoryview, self._mv)[q + 7 : end - 1])  # in _run
         if not strength:
             return NO
         if end + 7 <= n:

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import warnings
 import weakref
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -105,10 +106,11 @@ class HotTables:
         for ftype, name in tables.frame_types.items():
             kinds[ftype] = _KIND.get(name, 0)
         self.kind_names = np.array([None, *("method", "header", "body", "heartbeat")], dtype=object)
-        self.keys = bytearray()
+        self.keys: bytearray | np.ndarray = bytearray()  # the plans' JSON keys; the kernel's uint8 array once built
         self.int_columns: list[str] = []
         self.bool_columns: list[str] = []
         self.text_columns: list[str] = []
+        plans: list[list[list[int]]]
         plans, names, content = [], [None], []
         methods = np.full(256, -1, np.int64)
         for key, meta in sorted(tables.methods.items()):
@@ -157,6 +159,7 @@ class HotTables:
         return group.index(column)
 
     def _method_fields(self, plan: tuple) -> list | None:
+        fields: list[list[int]]
         fields, start = [], len(self.keys)
         for name, reader in plan:
             if reader is None:  # a run of bits sharing one octet
@@ -170,7 +173,7 @@ class HotTables:
             slot = None if op is None else self._slot(name, op)
             if slot is None:
                 return None
-            fields.append([op, 0, slot, *self._key(name, "," if fields else "{")])
+            fields.append([cast(int, op), 0, slot, *self._key(name, "," if fields else "{")])  # slot set: op too
         if len(self.keys) - start > MAX_KEY_BYTES:
             return None
         return fields

@@ -853,4 +853,4 @@ PROPERTIES = {
 }
 
 # methods absent from the plain spec XML of this version (vendor extensions)
-EXTENSIONS = frozenset({})
+EXTENSIONS: frozenset[int] = frozenset({})

@@ -16,6 +16,8 @@ Nothing raises out of ``data``/``gap``/``close``: bad bytes become error rows
 
 from __future__ import annotations
 
+from typing import cast
+
 from amqplens.decode.detect import D0_8, D0_9_1, FAMILY_0_9_1, describe, detect_protocol_header
 from amqplens.decode.streaming import StreamDecoderBase, decode_both
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
@@ -156,7 +158,7 @@ class Amqp091StreamDecoder(StreamDecoderBase):
         if framer.direction == TO_SERVER:
             f["client_protocol_header"] = head.hex()
             if ours and not self.forced_dialect:
-                self._set_dialect(name, "protocol_header")
+                self._set_dialect(cast(str, name), "protocol_header")  # ours: a name of the family
         else:
             f["server_protocol_header"] = head.hex()
             f["protocol_rejected"] = True
@@ -191,7 +193,8 @@ class Amqp091StreamDecoder(StreamDecoderBase):
                 self._facts.on_method(direction, meta[0], meta[1], args)  # may redact args
                 self._after_method(direction, meta, args, row["stream_offset"] + row["size"])
             if not oob:
-                row["message_seq"] = self._content[direction].on_method(channel, class_id, meta[3])
+                # meta is found by key, so class_id is set
+                row["message_seq"] = self._content[direction].on_method(channel, cast(int, class_id), meta[3])
         if args is not None:
             promote(row, args, self.tables.promoted.get(key))
             row["arguments_json"] = to_json(args)

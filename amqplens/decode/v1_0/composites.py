@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
+from typing import cast
 
 from amqplens.decode.v1_0.spec import CHOICES, DESCRIBED, PROVIDES, SYMBOLS
 from amqplens.decode.v1_0.types import AmqpDecimal, Described, Symbol, Timestamp
@@ -26,7 +27,7 @@ COMPOSITE = frozenset(code for code, entry in DESCRIBED.items() if entry[2] == "
 ROLE = CHOICES["role"]
 SND_SETTLE_MODE = CHOICES["sender-settle-mode"]
 RCV_SETTLE_MODE = CHOICES["receiver-settle-mode"]
-SASL_CODE = CHOICES["sasl-code"]
+SASL_CODE = cast("dict[int | None, str]", CHOICES["sasl-code"])  # looked up with a code that may be absent
 
 
 def code_of(descriptor) -> int | None:

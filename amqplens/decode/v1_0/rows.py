@@ -14,6 +14,8 @@ Promoted columns hold what is on the wire: a field that is absent (or null) is
 
 from __future__ import annotations
 
+from typing import cast
+
 from amqplens.decode.v0_9_1.rows import ERROR_KEYS, FRAME_KEYS
 from amqplens.decode.v1_0.composites import RCV_SETTLE_MODE, ROLE, SND_SETTLE_MODE, code_of, fields, state_name
 from amqplens.decode.v1_0.types import Described
@@ -135,7 +137,7 @@ def promote(row: dict, args: dict) -> None:
         state = args["state"]
         row["state"] = state_name(state)
         if row["state"] == "rejected":
-            outcome = fields(code_of(state.descriptor), state.value) or {}
+            outcome = fields(cast(int, code_of(state.descriptor)), state.value) or {}  # rejected: a known code
             row["error_condition"], row["error_description"] = error_fields(outcome.get("error"))
     if "error" in args:
         row["error_condition"], row["error_description"] = error_fields(args["error"])

@@ -16,6 +16,8 @@ Nothing raises out of ``data``/``gap``/``close``: bad bytes become error rows
 
 from __future__ import annotations
 
+from typing import cast
+
 from amqplens.decode.detect import D1_0, D1_0_SASL, D1_0_TLS, describe, detect_protocol_header
 from amqplens.decode.errors import DecodeError
 from amqplens.decode.streaming import StreamDecoderBase, decode_both
@@ -34,7 +36,7 @@ MIN_MAX_FRAME_SIZE = 512  # Part 2 §2.7.1: no peer may announce less
 # sasl-init and sasl-response performatives as they start on the wire (smallulong, ulong, symbol descriptors)
 _SECRET_MARKERS = (b"\x00\x53\x41", b"\x00\x53\x43", b"\x00\x80\x00\x00\x00\x00\x00\x00\x00\x41",
                    b"\x00\x80\x00\x00\x00\x00\x00\x00\x00\x43", b"amqp:sasl-init", b"amqp:sasl-response")  # fmt: skip
-_LAYER = {D1_0: "amqp", D1_0_SASL: "sasl"}
+_LAYER: dict[str | None, str] = {D1_0: "amqp", D1_0_SASL: "sasl"}  # by protocol header name (None: none)
 _FRAME_TYPE_NAME = {0: "amqp", 1: "sasl"}
 _PEER = {TO_SERVER: "server", TO_CLIENT: "client"}  # whose max-frame-size limits frames in this direction
 
@@ -152,8 +154,9 @@ class Amqp10StreamDecoder(StreamDecoderBase):
             row["decode_error"] = f"unknown_performative: descriptor {value.descriptor!r}"
             row["arguments_json"] = to_json(value)
             return
-        name = row["performative"] = NAMES[code]
-        error = self._layer_error(direction, ftype, code)
+        # args is set only for a performative's code
+        name = row["performative"] = NAMES[cast(int, code)]
+        error = self._layer_error(direction, ftype, cast(int, code))
         self._facts.on_performative(direction, name, args)  # may redact args
         promote(row, args)
         if code == 0x14:  # transfer
