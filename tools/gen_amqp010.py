@@ -20,6 +20,8 @@ import pprint
 import sys
 import xml.etree.ElementTree as ET
 
+from amqplens.decode.v0_10.spec_types import Method
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_XML = ROOT / "specs" / "0-10" / "amqp.0-10.stripped.xml"
 DEFAULT_OUT = ROOT / "amqplens" / "decode" / "v0_10"
@@ -106,7 +108,7 @@ class Spec:
                 if result is not None:
                     inner = result.find(f"{NS}struct")
                     result_type = f"{cname}.{inner.get('name')}" if inner is not None else self.resolve(cname, result.get("type"))[0]
-                out[(code(c), code(m))] = (cname, m.get("name"), self.fields(cname, m), segments is not None, result_type)
+                out[(code(c), code(m))] = Method(cname, m.get("name"), self.fields(cname, m), segments is not None, result_type)
         return out
 
 
@@ -117,6 +119,8 @@ plain data for amqplens.decode.v0_10. Field names are snake_case; a field is
 (name, type, enum domain or None), its type a primitive type name or a
 qualified struct name ("message.reply-to").
 """
+
+from amqplens.decode.v0_10.spec_types import Method
 '''
 
 
@@ -135,8 +139,8 @@ def render(spec: Spec) -> str:
     out.append(block("ENUMS", "qualified domain -> {value: choice name}", spec.enums))
     out.append(block("STRUCTS", "qualified struct -> (class code or None, struct code or None, size width, pack width, fields)", structs))
     out.append(block("STRUCT_BY_CODE", "(class code, struct code) -> qualified struct", coded))
-    out.append(block("CONTROLS", "(class code, control code) -> (class, control, fields, has segments, result)", spec.methods("control")))
-    out.append(block("COMMANDS", "(class code, command code) -> (class, command, fields, has segments, result)", spec.methods("command")))
+    out.append(block("CONTROLS", "(class code, control code) -> Method(class, control, fields, has segments, result)", spec.methods("control")))
+    out.append(block("COMMANDS", "(class code, command code) -> Method(class, command, fields, has segments, result)", spec.methods("command")))
     return "".join(out)
 
 

@@ -163,6 +163,8 @@ def render(dialect: str, source: str, spec: Spec, plain: Spec | None) -> str:
         "bit octet short long longlong shortstr longstr timestamp table content.",
         '"""',
         "",
+        "from amqplens.decode.v0_9_1.spec_types import MethodSpec",
+        "",
         f"DIALECT = {dialect!r}",
         f"SPEC_VERSION = {(spec.major, spec.minor, spec.revision)!r}  # <amqp major minor revision>",
         f"PORT = {spec.port!r}",
@@ -181,13 +183,13 @@ def render(dialect: str, source: str, spec: Spec, plain: Spec | None) -> str:
     lines += _lines_for_dict("CLASSES", spec.classes, comment="class id -> class name")
     lines.append("")
     lines += [
-        "# class_id << 16 | method_id -> (class name, method name, synchronous, has content,",
+        "# class_id << 16 | method_id -> MethodSpec(class name, method name, synchronous, has content,",
         "#     ((field, wire type), ...) in wire order, (response method keys, ...))",
-        "METHODS = {",
+        "METHODS: dict[int, MethodSpec] = {",
     ]
     for key in sorted(spec.methods):
         cname, mname, sync, content, fields, responses = spec.methods[key]
-        lines.append(f"    0x{key:08X}: (  # {cname}.{mname}")
+        lines.append(f"    0x{key:08X}: MethodSpec(  # {cname}.{mname}")
         lines.append(f"        {cname!r}, {mname!r}, {sync!r}, {content!r},")
         if fields:
             lines.append("        (")

@@ -116,6 +116,8 @@ def render(spec: Spec) -> str:
         "amqplens.decode.v1_0. Field names are snake_case; type names as in the XML.",
         '"""',
         "",
+        "from amqplens.decode.v1_0.spec_types import Described",
+        "",
         f"SPEC_VERSION = {(spec.definitions['MAJOR'], spec.definitions['MINOR'], spec.definitions['REVISION'])!r}",
         "",
     ]
@@ -138,13 +140,13 @@ def render(spec: Spec) -> str:
     lines.append("}")
     lines.append("")
     lines += [
-        "# numeric descriptor (domain << 32 | id) -> (name, symbolic descriptor, class, source,",
+        "# numeric descriptor (domain << 32 | id) -> Described(name, symbolic descriptor, class, source,",
         "#     provides, ((field, type, multiple, mandatory, default, requires), ...) in list order)",
-        "DESCRIBED = {",
+        "DESCRIBED: dict[int, Described] = {",
     ]
     for code in sorted(spec.described):
         name, symbol, cls, source, provides, fields = spec.described[code]
-        lines.append(f"    0x{code:02X}: (  # {name}")
+        lines.append(f"    0x{code:02X}: Described(  # {name}")
         lines.append(f"        {name!r}, {symbol!r}, {cls!r}, {source!r}, {provides!r},")
         if fields:
             lines.append("        (")

@@ -41,7 +41,7 @@ CONTROL_PAIRS = {
     ("session", "detach"): frozenset({("session", "detached")}),
 }
 ANSWERS = frozenset(a for v in CONTROL_PAIRS.values() for a in v)
-WITH_RESULT = frozenset((m[0], m[1]) for m in spec.COMMANDS.values() if m[4])
+WITH_RESULT = frozenset((m.class_name, m.name) for m in spec.COMMANDS.values() if m.result)
 RECENT = 256
 
 

@@ -37,19 +37,19 @@ class SyncTables:
 
     def __init__(self, dialect: str) -> None:
         methods = SPECS[dialect].METHODS
-        names = {key: (m[0], m[1]) for key, m in methods.items()}
+        names = {key: (m.class_name, m.method_name) for key, m in methods.items()}
         by_name = {v: k for k, v in names.items()}
         self.responses: dict[tuple, frozenset] = {}
         self.nowait: dict[tuple, str] = {}
         for key, m in methods.items():
             name = names[key]
-            answers = frozenset(names[r] for r in m[5] if r in names)
-            ok = (m[0], f"{m[1]}-ok")
-            if not answers and not m[2] and ok in by_name and methods[by_name[ok]][2]:
+            answers = frozenset(names[r] for r in m.responses if r in names)
+            ok = (m.class_name, f"{m.method_name}-ok")
+            if not answers and not m.synchronous and ok in by_name and methods[by_name[ok]].synchronous:
                 answers = frozenset({ok})
             if answers:
                 self.responses[name] = answers
-                wait = next((f for f, _ in m[4] if f in ("nowait", "no_wait")), None)
+                wait = next((f for f, _ in m.fields if f in ("nowait", "no_wait")), None)
                 if wait:
                     self.nowait[name] = wait
         self.answers = frozenset(a for r in self.responses.values() for a in r)

@@ -27,12 +27,13 @@ from amqplens.decode.v0_10 import spec
 from amqplens.decode.v0_10.facts import ConnectionFacts
 from amqplens.decode.v0_10.framing import OPAQUE, SYNCED, DirectionFramer
 from amqplens.decode.v0_10.rows import FRAME_TEMPLATE, promote, promote_header, to_json
+from amqplens.decode.v0_10.spec_types import Method
 from amqplens.decode.v0_10.segments import BODY, COMMAND, CONTROL, HEADER, SEGMENT_TYPES, ChannelState
 from amqplens.decode.v0_10.types import read_packed, read_struct, READERS
 
 MAX_ERROR_BYTES = 4096  # raw bytes one error row keeps (its sha256 covers them all)
 METHOD_PACK = 2  # controls and commands carry 2 octets of packing flags
-_TABLES: dict[int, Mapping[tuple[int, int], tuple]] = {CONTROL: spec.CONTROLS, COMMAND: spec.COMMANDS}
+_TABLES: dict[int, Mapping[tuple[int, int], Method]] = {CONTROL: spec.CONTROLS, COMMAND: spec.COMMANDS}
 _SECRETS = frozenset({("connection", "start-ok"), ("connection", "secure-ok")})
 
 
@@ -48,7 +49,7 @@ def decode_method(stype: int, payload) -> tuple:
         if stype == COMMAND:
             header, off = read_struct("session.header", payload, off)
             sync = header["sync"]
-        args, off = read_packed(meta[1], payload, off, len(payload), pack=METHOD_PACK, fields=meta[2])
+        args, off = read_packed(meta.name, payload, off, len(payload), pack=METHOD_PACK, fields=meta.fields)
     except DecodeError as exc:
         return meta, None, sync, f"{exc.reason}: {exc}"
     error = f"unexpected_payload: {len(payload) - off} octets after the arguments" if off != len(payload) else None
@@ -153,7 +154,7 @@ class Amqp010StreamDecoder(StreamDecoderBase):
             if head is not None:
                 row["class_id"], row["method_id"] = head
                 row["class_name"] = spec.CLASSES.get(head[0])
-                row["method_name"] = meta[1] if meta else None
+                row["method_name"] = meta.name if meta else None
             if stype == COMMAND:
                 row["command_id"] = state.command_id
         elif assembly is not None:
@@ -186,14 +187,14 @@ class Amqp010StreamDecoder(StreamDecoderBase):
         row["sync"] = sync
         if meta is None or args is None:
             return error
-        class_name, name = meta[0], meta[1]
+        class_name, name = meta.class_name, meta.name
         if class_name == "session":
             self._session(direction, channel, name, args)
         elif class_name == "connection":
             self._facts.on_method(direction, class_name, name, args)  # redacts secrets in place
             if direction == TO_SERVER and name in ("tune-ok", "open") and self._secrets_end is None:
                 self._secrets_end = row["stream_offset"] + row["size"]
-        if stype == COMMAND and meta[3] and not flags & 4:  # header and body segments follow
+        if stype == COMMAND and meta.has_segments and not flags & 4:  # header and body segments follow
             self._messages[direction] += 1
             state.assembly = (row["class_id"], row["method_id"], state.command_id, self._messages[direction])
             row["message_seq"] = self._messages[direction]

@@ -28,6 +28,7 @@ from amqplens.decode.v0_9_1 import primitives as p
 from amqplens.decode.v0_9_1 import spec_0_8, spec_0_9, spec_0_9_1
 from amqplens.decode.v0_9_1.fieldtable import RABBITMQ, FieldTableReader
 from amqplens.decode.v0_9_1.rows import PROMOTED
+from amqplens.decode.v0_9_1.spec_types import MethodSpec
 
 SPECS = {m.DIALECT: m for m in (spec_0_8, spec_0_9, spec_0_9_1)}
 FRAME_END = 0xCE
@@ -166,13 +167,13 @@ class DialectTables:
         self.spec = spec
         self.field_tables = FieldTableReader(letters)
         self.frame_types: dict[int, str] = dict(spec.FRAME_TYPES)
-        self.methods: dict[int, tuple] = spec.METHODS
+        self.methods: dict[int, MethodSpec] = spec.METHODS
         self.classes: dict[int, str] = spec.CLASSES
-        self.plans = {key: _compile(m[4], self.field_tables) for key, m in spec.METHODS.items()}
+        self.plans = {key: _compile(m.fields, self.field_tables) for key, m in spec.METHODS.items()}
         self.fast_plans = {key: _fast_plan(plan) if compiled else functools.partial(decode_plan, plan)
                            for key, plan in self.plans.items()}
         # key -> the method's (argument, frame column) pairs worth promoting
-        self.promoted = {key: tuple((f, PROMOTED[f]) for f, _ in m[4] if f in PROMOTED) for key, m in spec.METHODS.items()}
+        self.promoted = {key: tuple((f, PROMOTED[f]) for f, _ in m.fields if f in PROMOTED) for key, m in spec.METHODS.items()}
         self._flag_steps: dict[tuple, tuple] = {}
         self._fast_properties: dict[tuple, Callable] = {}  # the same keys: compiled readers of ``_flag_steps``
         self.property_plans = {

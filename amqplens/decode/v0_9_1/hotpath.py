@@ -114,15 +114,15 @@ class HotTables:
         plans, names, content = [], [None], []
         methods = np.full(256, -1, np.int64)
         for key, meta in sorted(tables.methods.items()):
-            if (meta[0], meta[1]) not in HOT_METHODS or key >> 16 != self.content_class or (key & 0xFFFF) > 255:
+            if (meta.class_name, meta.method_name) not in HOT_METHODS or key >> 16 != self.content_class or (key & 0xFFFF) > 255:
                 continue
             fields = self._method_fields(tables.plans[key])
             if fields is None:
                 continue
             methods[key & 0xFFFF] = len(plans)
             plans.append(fields)
-            names.append(meta[1])
-            content.append(bool(meta[3]))
+            names.append(meta.method_name)
+            content.append(bool(meta.content))
         self.method_names = np.array(names, dtype=object)  # by hot method + 1 (0: not a method)
         self.has_content = content
         width = max([len(f) for f in plans] + [1])

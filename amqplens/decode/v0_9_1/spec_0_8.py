@@ -6,6 +6,8 @@ amqplens.decode.v0_9_1. Field names are snake_case; wire types are one of
 bit octet short long longlong shortstr longstr timestamp table content.
 """
 
+from amqplens.decode.v0_9_1.spec_types import MethodSpec
+
 DIALECT = '0-8'
 SPEC_VERSION = (8, 0, 0)  # <amqp major minor revision>
 PORT = 5672
@@ -80,10 +82,10 @@ CLASSES = {
     120: 'test',
 }
 
-# class_id << 16 | method_id -> (class name, method name, synchronous, has content,
+# class_id << 16 | method_id -> MethodSpec(class name, method name, synchronous, has content,
 #     ((field, wire type), ...) in wire order, (response method keys, ...))
-METHODS = {
-    0x000A000A: (  # connection.start
+METHODS: dict[int, MethodSpec] = {
+    0x000A000A: MethodSpec(  # connection.start
         'connection', 'start', True, False,
         (
             ('version_major', 'octet'),
@@ -94,7 +96,7 @@ METHODS = {
         ),
         (0x000A000B,),
     ),
-    0x000A000B: (  # connection.start-ok
+    0x000A000B: MethodSpec(  # connection.start-ok
         'connection', 'start-ok', True, False,
         (
             ('client_properties', 'table'),
@@ -104,21 +106,21 @@ METHODS = {
         ),
         (),
     ),
-    0x000A0014: (  # connection.secure
+    0x000A0014: MethodSpec(  # connection.secure
         'connection', 'secure', True, False,
         (
             ('challenge', 'longstr'),
         ),
         (0x000A0015,),
     ),
-    0x000A0015: (  # connection.secure-ok
+    0x000A0015: MethodSpec(  # connection.secure-ok
         'connection', 'secure-ok', True, False,
         (
             ('response', 'longstr'),
         ),
         (),
     ),
-    0x000A001E: (  # connection.tune
+    0x000A001E: MethodSpec(  # connection.tune
         'connection', 'tune', True, False,
         (
             ('channel_max', 'short'),
@@ -127,7 +129,7 @@ METHODS = {
         ),
         (0x000A001F,),
     ),
-    0x000A001F: (  # connection.tune-ok
+    0x000A001F: MethodSpec(  # connection.tune-ok
         'connection', 'tune-ok', True, False,
         (
             ('channel_max', 'short'),
@@ -136,7 +138,7 @@ METHODS = {
         ),
         (),
     ),
-    0x000A0028: (  # connection.open
+    0x000A0028: MethodSpec(  # connection.open
         'connection', 'open', True, False,
         (
             ('virtual_host', 'shortstr'),
@@ -145,14 +147,14 @@ METHODS = {
         ),
         (0x000A0029, 0x000A0032,),
     ),
-    0x000A0029: (  # connection.open-ok
+    0x000A0029: MethodSpec(  # connection.open-ok
         'connection', 'open-ok', True, False,
         (
             ('known_hosts', 'shortstr'),
         ),
         (),
     ),
-    0x000A0032: (  # connection.redirect
+    0x000A0032: MethodSpec(  # connection.redirect
         'connection', 'redirect', True, False,
         (
             ('host', 'shortstr'),
@@ -160,7 +162,7 @@ METHODS = {
         ),
         (),
     ),
-    0x000A003C: (  # connection.close
+    0x000A003C: MethodSpec(  # connection.close
         'connection', 'close', True, False,
         (
             ('reply_code', 'short'),
@@ -170,38 +172,38 @@ METHODS = {
         ),
         (0x000A003D,),
     ),
-    0x000A003D: (  # connection.close-ok
+    0x000A003D: MethodSpec(  # connection.close-ok
         'connection', 'close-ok', True, False,
         (),
         (),
     ),
-    0x0014000A: (  # channel.open
+    0x0014000A: MethodSpec(  # channel.open
         'channel', 'open', True, False,
         (
             ('out_of_band', 'shortstr'),
         ),
         (0x0014000B,),
     ),
-    0x0014000B: (  # channel.open-ok
+    0x0014000B: MethodSpec(  # channel.open-ok
         'channel', 'open-ok', True, False,
         (),
         (),
     ),
-    0x00140014: (  # channel.flow
+    0x00140014: MethodSpec(  # channel.flow
         'channel', 'flow', True, False,
         (
             ('active', 'bit'),
         ),
         (0x00140015,),
     ),
-    0x00140015: (  # channel.flow-ok
+    0x00140015: MethodSpec(  # channel.flow-ok
         'channel', 'flow-ok', False, False,
         (
             ('active', 'bit'),
         ),
         (),
     ),
-    0x0014001E: (  # channel.alert
+    0x0014001E: MethodSpec(  # channel.alert
         'channel', 'alert', False, False,
         (
             ('reply_code', 'short'),
@@ -210,7 +212,7 @@ METHODS = {
         ),
         (),
     ),
-    0x00140028: (  # channel.close
+    0x00140028: MethodSpec(  # channel.close
         'channel', 'close', True, False,
         (
             ('reply_code', 'short'),
@@ -220,12 +222,12 @@ METHODS = {
         ),
         (0x00140029,),
     ),
-    0x00140029: (  # channel.close-ok
+    0x00140029: MethodSpec(  # channel.close-ok
         'channel', 'close-ok', True, False,
         (),
         (),
     ),
-    0x001E000A: (  # access.request
+    0x001E000A: MethodSpec(  # access.request
         'access', 'request', True, False,
         (
             ('realm', 'shortstr'),
@@ -237,14 +239,14 @@ METHODS = {
         ),
         (0x001E000B,),
     ),
-    0x001E000B: (  # access.request-ok
+    0x001E000B: MethodSpec(  # access.request-ok
         'access', 'request-ok', True, False,
         (
             ('ticket', 'short'),
         ),
         (),
     ),
-    0x0028000A: (  # exchange.declare
+    0x0028000A: MethodSpec(  # exchange.declare
         'exchange', 'declare', True, False,
         (
             ('ticket', 'short'),
@@ -259,12 +261,12 @@ METHODS = {
         ),
         (0x0028000B,),
     ),
-    0x0028000B: (  # exchange.declare-ok
+    0x0028000B: MethodSpec(  # exchange.declare-ok
         'exchange', 'declare-ok', True, False,
         (),
         (),
     ),
-    0x00280014: (  # exchange.delete
+    0x00280014: MethodSpec(  # exchange.delete
         'exchange', 'delete', True, False,
         (
             ('ticket', 'short'),
@@ -274,12 +276,12 @@ METHODS = {
         ),
         (0x00280015,),
     ),
-    0x00280015: (  # exchange.delete-ok
+    0x00280015: MethodSpec(  # exchange.delete-ok
         'exchange', 'delete-ok', True, False,
         (),
         (),
     ),
-    0x0032000A: (  # queue.declare
+    0x0032000A: MethodSpec(  # queue.declare
         'queue', 'declare', True, False,
         (
             ('ticket', 'short'),
@@ -293,7 +295,7 @@ METHODS = {
         ),
         (0x0032000B,),
     ),
-    0x0032000B: (  # queue.declare-ok
+    0x0032000B: MethodSpec(  # queue.declare-ok
         'queue', 'declare-ok', True, False,
         (
             ('queue', 'shortstr'),
@@ -302,7 +304,7 @@ METHODS = {
         ),
         (),
     ),
-    0x00320014: (  # queue.bind
+    0x00320014: MethodSpec(  # queue.bind
         'queue', 'bind', True, False,
         (
             ('ticket', 'short'),
@@ -314,12 +316,12 @@ METHODS = {
         ),
         (0x00320015,),
     ),
-    0x00320015: (  # queue.bind-ok
+    0x00320015: MethodSpec(  # queue.bind-ok
         'queue', 'bind-ok', True, False,
         (),
         (),
     ),
-    0x0032001E: (  # queue.purge
+    0x0032001E: MethodSpec(  # queue.purge
         'queue', 'purge', True, False,
         (
             ('ticket', 'short'),
@@ -328,14 +330,14 @@ METHODS = {
         ),
         (0x0032001F,),
     ),
-    0x0032001F: (  # queue.purge-ok
+    0x0032001F: MethodSpec(  # queue.purge-ok
         'queue', 'purge-ok', True, False,
         (
             ('message_count', 'long'),
         ),
         (),
     ),
-    0x00320028: (  # queue.delete
+    0x00320028: MethodSpec(  # queue.delete
         'queue', 'delete', True, False,
         (
             ('ticket', 'short'),
@@ -346,14 +348,14 @@ METHODS = {
         ),
         (0x00320029,),
     ),
-    0x00320029: (  # queue.delete-ok
+    0x00320029: MethodSpec(  # queue.delete-ok
         'queue', 'delete-ok', True, False,
         (
             ('message_count', 'long'),
         ),
         (),
     ),
-    0x003C000A: (  # basic.qos
+    0x003C000A: MethodSpec(  # basic.qos
         'basic', 'qos', True, False,
         (
             ('prefetch_size', 'long'),
@@ -362,12 +364,12 @@ METHODS = {
         ),
         (0x003C000B,),
     ),
-    0x003C000B: (  # basic.qos-ok
+    0x003C000B: MethodSpec(  # basic.qos-ok
         'basic', 'qos-ok', True, False,
         (),
         (),
     ),
-    0x003C0014: (  # basic.consume
+    0x003C0014: MethodSpec(  # basic.consume
         'basic', 'consume', True, False,
         (
             ('ticket', 'short'),
@@ -380,14 +382,14 @@ METHODS = {
         ),
         (0x003C0015,),
     ),
-    0x003C0015: (  # basic.consume-ok
+    0x003C0015: MethodSpec(  # basic.consume-ok
         'basic', 'consume-ok', True, False,
         (
             ('consumer_tag', 'shortstr'),
         ),
         (),
     ),
-    0x003C001E: (  # basic.cancel
+    0x003C001E: MethodSpec(  # basic.cancel
         'basic', 'cancel', True, False,
         (
             ('consumer_tag', 'shortstr'),
@@ -395,14 +397,14 @@ METHODS = {
         ),
         (0x003C001F,),
     ),
-    0x003C001F: (  # basic.cancel-ok
+    0x003C001F: MethodSpec(  # basic.cancel-ok
         'basic', 'cancel-ok', True, False,
         (
             ('consumer_tag', 'shortstr'),
         ),
         (),
     ),
-    0x003C0028: (  # basic.publish
+    0x003C0028: MethodSpec(  # basic.publish
         'basic', 'publish', False, True,
         (
             ('ticket', 'short'),
@@ -413,7 +415,7 @@ METHODS = {
         ),
         (),
     ),
-    0x003C0032: (  # basic.return
+    0x003C0032: MethodSpec(  # basic.return
         'basic', 'return', False, True,
         (
             ('reply_code', 'short'),
@@ -423,7 +425,7 @@ METHODS = {
         ),
         (),
     ),
-    0x003C003C: (  # basic.deliver
+    0x003C003C: MethodSpec(  # basic.deliver
         'basic', 'deliver', False, True,
         (
             ('consumer_tag', 'shortstr'),
@@ -434,7 +436,7 @@ METHODS = {
         ),
         (),
     ),
-    0x003C0046: (  # basic.get
+    0x003C0046: MethodSpec(  # basic.get
         'basic', 'get', True, False,
         (
             ('ticket', 'short'),
@@ -443,7 +445,7 @@ METHODS = {
         ),
         (0x003C0047, 0x003C0048,),
     ),
-    0x003C0047: (  # basic.get-ok
+    0x003C0047: MethodSpec(  # basic.get-ok
         'basic', 'get-ok', True, True,
         (
             ('delivery_tag', 'longlong'),
@@ -454,14 +456,14 @@ METHODS = {
         ),
         (),
     ),
-    0x003C0048: (  # basic.get-empty
+    0x003C0048: MethodSpec(  # basic.get-empty
         'basic', 'get-empty', True, False,
         (
             ('cluster_id', 'shortstr'),
         ),
         (),
     ),
-    0x003C0050: (  # basic.ack
+    0x003C0050: MethodSpec(  # basic.ack
         'basic', 'ack', False, False,
         (
             ('delivery_tag', 'longlong'),
@@ -469,7 +471,7 @@ METHODS = {
         ),
         (),
     ),
-    0x003C005A: (  # basic.reject
+    0x003C005A: MethodSpec(  # basic.reject
         'basic', 'reject', False, False,
         (
             ('delivery_tag', 'longlong'),
@@ -477,14 +479,14 @@ METHODS = {
         ),
         (),
     ),
-    0x003C0064: (  # basic.recover
+    0x003C0064: MethodSpec(  # basic.recover
         'basic', 'recover', False, False,
         (
             ('requeue', 'bit'),
         ),
         (),
     ),
-    0x0046000A: (  # file.qos
+    0x0046000A: MethodSpec(  # file.qos
         'file', 'qos', True, False,
         (
             ('prefetch_size', 'long'),
@@ -493,12 +495,12 @@ METHODS = {
         ),
         (0x0046000B,),
     ),
-    0x0046000B: (  # file.qos-ok
+    0x0046000B: MethodSpec(  # file.qos-ok
         'file', 'qos-ok', True, False,
         (),
         (),
     ),
-    0x00460014: (  # file.consume
+    0x00460014: MethodSpec(  # file.consume
         'file', 'consume', True, False,
         (
             ('ticket', 'short'),
@@ -511,14 +513,14 @@ METHODS = {
         ),
         (0x00460015,),
     ),
-    0x00460015: (  # file.consume-ok
+    0x00460015: MethodSpec(  # file.consume-ok
         'file', 'consume-ok', True, False,
         (
             ('consumer_tag', 'shortstr'),
         ),
         (),
     ),
-    0x0046001E: (  # file.cancel
+    0x0046001E: MethodSpec(  # file.cancel
         'file', 'cancel', True, False,
         (
             ('consumer_tag', 'shortstr'),
@@ -526,14 +528,14 @@ METHODS = {
         ),
         (0x0046001F,),
     ),
-    0x0046001F: (  # file.cancel-ok
+    0x0046001F: MethodSpec(  # file.cancel-ok
         'file', 'cancel-ok', True, False,
         (
             ('consumer_tag', 'shortstr'),
         ),
         (),
     ),
-    0x00460028: (  # file.open
+    0x00460028: MethodSpec(  # file.open
         'file', 'open', True, False,
         (
             ('identifier', 'shortstr'),
@@ -541,19 +543,19 @@ METHODS = {
         ),
         (0x00460029,),
     ),
-    0x00460029: (  # file.open-ok
+    0x00460029: MethodSpec(  # file.open-ok
         'file', 'open-ok', True, False,
         (
             ('staged_size', 'longlong'),
         ),
         (0x00460032,),
     ),
-    0x00460032: (  # file.stage
+    0x00460032: MethodSpec(  # file.stage
         'file', 'stage', False, True,
         (),
         (),
     ),
-    0x0046003C: (  # file.publish
+    0x0046003C: MethodSpec(  # file.publish
         'file', 'publish', False, False,
         (
             ('ticket', 'short'),
@@ -565,7 +567,7 @@ METHODS = {
         ),
         (),
     ),
-    0x00460046: (  # file.return
+    0x00460046: MethodSpec(  # file.return
         'file', 'return', False, True,
         (
             ('reply_code', 'short'),
@@ -575,7 +577,7 @@ METHODS = {
         ),
         (),
     ),
-    0x00460050: (  # file.deliver
+    0x00460050: MethodSpec(  # file.deliver
         'file', 'deliver', False, False,
         (
             ('consumer_tag', 'shortstr'),
@@ -587,7 +589,7 @@ METHODS = {
         ),
         (),
     ),
-    0x0046005A: (  # file.ack
+    0x0046005A: MethodSpec(  # file.ack
         'file', 'ack', False, False,
         (
             ('delivery_tag', 'longlong'),
@@ -595,7 +597,7 @@ METHODS = {
         ),
         (),
     ),
-    0x00460064: (  # file.reject
+    0x00460064: MethodSpec(  # file.reject
         'file', 'reject', False, False,
         (
             ('delivery_tag', 'longlong'),
@@ -603,7 +605,7 @@ METHODS = {
         ),
         (),
     ),
-    0x0050000A: (  # stream.qos
+    0x0050000A: MethodSpec(  # stream.qos
         'stream', 'qos', True, False,
         (
             ('prefetch_size', 'long'),
@@ -613,12 +615,12 @@ METHODS = {
         ),
         (0x0050000B,),
     ),
-    0x0050000B: (  # stream.qos-ok
+    0x0050000B: MethodSpec(  # stream.qos-ok
         'stream', 'qos-ok', True, False,
         (),
         (),
     ),
-    0x00500014: (  # stream.consume
+    0x00500014: MethodSpec(  # stream.consume
         'stream', 'consume', True, False,
         (
             ('ticket', 'short'),
@@ -630,14 +632,14 @@ METHODS = {
         ),
         (0x00500015,),
     ),
-    0x00500015: (  # stream.consume-ok
+    0x00500015: MethodSpec(  # stream.consume-ok
         'stream', 'consume-ok', True, False,
         (
             ('consumer_tag', 'shortstr'),
         ),
         (),
     ),
-    0x0050001E: (  # stream.cancel
+    0x0050001E: MethodSpec(  # stream.cancel
         'stream', 'cancel', True, False,
         (
             ('consumer_tag', 'shortstr'),
@@ -645,14 +647,14 @@ METHODS = {
         ),
         (0x0050001F,),
     ),
-    0x0050001F: (  # stream.cancel-ok
+    0x0050001F: MethodSpec(  # stream.cancel-ok
         'stream', 'cancel-ok', True, False,
         (
             ('consumer_tag', 'shortstr'),
         ),
         (),
     ),
-    0x00500028: (  # stream.publish
+    0x00500028: MethodSpec(  # stream.publish
         'stream', 'publish', False, True,
         (
             ('ticket', 'short'),
@@ -663,7 +665,7 @@ METHODS = {
         ),
         (),
     ),
-    0x00500032: (  # stream.return
+    0x00500032: MethodSpec(  # stream.return
         'stream', 'return', False, True,
         (
             ('reply_code', 'short'),
@@ -673,7 +675,7 @@ METHODS = {
         ),
         (),
     ),
-    0x0050003C: (  # stream.deliver
+    0x0050003C: MethodSpec(  # stream.deliver
         'stream', 'deliver', False, True,
         (
             ('consumer_tag', 'shortstr'),
@@ -683,66 +685,66 @@ METHODS = {
         ),
         (),
     ),
-    0x005A000A: (  # tx.select
+    0x005A000A: MethodSpec(  # tx.select
         'tx', 'select', True, False,
         (),
         (0x005A000B,),
     ),
-    0x005A000B: (  # tx.select-ok
+    0x005A000B: MethodSpec(  # tx.select-ok
         'tx', 'select-ok', True, False,
         (),
         (),
     ),
-    0x005A0014: (  # tx.commit
+    0x005A0014: MethodSpec(  # tx.commit
         'tx', 'commit', True, False,
         (),
         (0x005A0015,),
     ),
-    0x005A0015: (  # tx.commit-ok
+    0x005A0015: MethodSpec(  # tx.commit-ok
         'tx', 'commit-ok', True, False,
         (),
         (),
     ),
-    0x005A001E: (  # tx.rollback
+    0x005A001E: MethodSpec(  # tx.rollback
         'tx', 'rollback', True, False,
         (),
         (0x005A001F,),
     ),
-    0x005A001F: (  # tx.rollback-ok
+    0x005A001F: MethodSpec(  # tx.rollback-ok
         'tx', 'rollback-ok', True, False,
         (),
         (),
     ),
-    0x0064000A: (  # dtx.select
+    0x0064000A: MethodSpec(  # dtx.select
         'dtx', 'select', True, False,
         (),
         (0x0064000B,),
     ),
-    0x0064000B: (  # dtx.select-ok
+    0x0064000B: MethodSpec(  # dtx.select-ok
         'dtx', 'select-ok', True, False,
         (),
         (),
     ),
-    0x00640014: (  # dtx.start
+    0x00640014: MethodSpec(  # dtx.start
         'dtx', 'start', True, False,
         (
             ('dtx_identifier', 'shortstr'),
         ),
         (0x00640015,),
     ),
-    0x00640015: (  # dtx.start-ok
+    0x00640015: MethodSpec(  # dtx.start-ok
         'dtx', 'start-ok', True, False,
         (),
         (),
     ),
-    0x006E000A: (  # tunnel.request
+    0x006E000A: MethodSpec(  # tunnel.request
         'tunnel', 'request', False, True,
         (
             ('meta_data', 'table'),
         ),
         (),
     ),
-    0x0078000A: (  # test.integer
+    0x0078000A: MethodSpec(  # test.integer
         'test', 'integer', True, False,
         (
             ('integer_1', 'octet'),
@@ -753,14 +755,14 @@ METHODS = {
         ),
         (0x0078000B,),
     ),
-    0x0078000B: (  # test.integer-ok
+    0x0078000B: MethodSpec(  # test.integer-ok
         'test', 'integer-ok', True, False,
         (
             ('result', 'longlong'),
         ),
         (),
     ),
-    0x00780014: (  # test.string
+    0x00780014: MethodSpec(  # test.string
         'test', 'string', True, False,
         (
             ('string_1', 'shortstr'),
@@ -769,14 +771,14 @@ METHODS = {
         ),
         (0x00780015,),
     ),
-    0x00780015: (  # test.string-ok
+    0x00780015: MethodSpec(  # test.string-ok
         'test', 'string-ok', True, False,
         (
             ('result', 'longstr'),
         ),
         (),
     ),
-    0x0078001E: (  # test.table
+    0x0078001E: MethodSpec(  # test.table
         'test', 'table', True, False,
         (
             ('table', 'table'),
@@ -785,7 +787,7 @@ METHODS = {
         ),
         (0x0078001F,),
     ),
-    0x0078001F: (  # test.table-ok
+    0x0078001F: MethodSpec(  # test.table-ok
         'test', 'table-ok', True, False,
         (
             ('integer_result', 'longlong'),
@@ -793,12 +795,12 @@ METHODS = {
         ),
         (),
     ),
-    0x00780028: (  # test.content
+    0x00780028: MethodSpec(  # test.content
         'test', 'content', True, True,
         (),
         (0x00780029,),
     ),
-    0x00780029: (  # test.content-ok
+    0x00780029: MethodSpec(  # test.content-ok
         'test', 'content-ok', True, True,
         (
             ('content_checksum', 'long'),

@@ -6,6 +6,8 @@ amqplens.decode.v0_9_1. Field names are snake_case; wire types are one of
 bit octet short long longlong shortstr longstr timestamp table content.
 """
 
+from amqplens.decode.v0_9_1.spec_types import MethodSpec
+
 DIALECT = '0-9'
 SPEC_VERSION = (0, 9, 0)  # <amqp major minor revision>
 PORT = 5672
@@ -100,10 +102,10 @@ CLASSES = {
     120: 'message',
 }
 
-# class_id << 16 | method_id -> (class name, method name, synchronous, has content,
+# class_id << 16 | method_id -> MethodSpec(class name, method name, synchronous, has content,
 #     ((field, wire type), ...) in wire order, (response method keys, ...))
-METHODS = {
-    0x000A000A: (  # connection.start
+METHODS: dict[int, MethodSpec] = {
+    0x000A000A: MethodSpec(  # connection.start
         'connection', 'start', True, False,
         (
             ('version_major', 'octet'),
@@ -114,7 +116,7 @@ METHODS = {
         ),
         (0x000A000B,),
     ),
-    0x000A000B: (  # connection.start-ok
+    0x000A000B: MethodSpec(  # connection.start-ok
         'connection', 'start-ok', True, False,
         (
             ('client_properties', 'table'),
@@ -124,21 +126,21 @@ METHODS = {
         ),
         (),
     ),
-    0x000A0014: (  # connection.secure
+    0x000A0014: MethodSpec(  # connection.secure
         'connection', 'secure', True, False,
         (
             ('challenge', 'longstr'),
         ),
         (0x000A0015,),
     ),
-    0x000A0015: (  # connection.secure-ok
+    0x000A0015: MethodSpec(  # connection.secure-ok
         'connection', 'secure-ok', True, False,
         (
             ('response', 'longstr'),
         ),
         (),
     ),
-    0x000A001E: (  # connection.tune
+    0x000A001E: MethodSpec(  # connection.tune
         'connection', 'tune', True, False,
         (
             ('channel_max', 'short'),
@@ -147,7 +149,7 @@ METHODS = {
         ),
         (0x000A001F,),
     ),
-    0x000A001F: (  # connection.tune-ok
+    0x000A001F: MethodSpec(  # connection.tune-ok
         'connection', 'tune-ok', True, False,
         (
             ('channel_max', 'short'),
@@ -156,7 +158,7 @@ METHODS = {
         ),
         (),
     ),
-    0x000A0028: (  # connection.open
+    0x000A0028: MethodSpec(  # connection.open
         'connection', 'open', True, False,
         (
             ('virtual_host', 'shortstr'),
@@ -165,14 +167,14 @@ METHODS = {
         ),
         (0x000A0029, 0x000A002A,),
     ),
-    0x000A0029: (  # connection.open-ok
+    0x000A0029: MethodSpec(  # connection.open-ok
         'connection', 'open-ok', True, False,
         (
             ('known_hosts', 'shortstr'),
         ),
         (),
     ),
-    0x000A002A: (  # connection.redirect
+    0x000A002A: MethodSpec(  # connection.redirect
         'connection', 'redirect', True, False,
         (
             ('host', 'shortstr'),
@@ -180,7 +182,7 @@ METHODS = {
         ),
         (),
     ),
-    0x000A0032: (  # connection.close
+    0x000A0032: MethodSpec(  # connection.close
         'connection', 'close', True, False,
         (
             ('reply_code', 'short'),
@@ -190,40 +192,40 @@ METHODS = {
         ),
         (0x000A0033,),
     ),
-    0x000A0033: (  # connection.close-ok
+    0x000A0033: MethodSpec(  # connection.close-ok
         'connection', 'close-ok', True, False,
         (),
         (),
     ),
-    0x0014000A: (  # channel.open
+    0x0014000A: MethodSpec(  # channel.open
         'channel', 'open', True, False,
         (
             ('out_of_band', 'shortstr'),
         ),
         (0x0014000B,),
     ),
-    0x0014000B: (  # channel.open-ok
+    0x0014000B: MethodSpec(  # channel.open-ok
         'channel', 'open-ok', True, False,
         (
             ('channel_id', 'longstr'),
         ),
         (),
     ),
-    0x00140014: (  # channel.flow
+    0x00140014: MethodSpec(  # channel.flow
         'channel', 'flow', True, False,
         (
             ('active', 'bit'),
         ),
         (0x00140015,),
     ),
-    0x00140015: (  # channel.flow-ok
+    0x00140015: MethodSpec(  # channel.flow-ok
         'channel', 'flow-ok', False, False,
         (
             ('active', 'bit'),
         ),
         (),
     ),
-    0x00140028: (  # channel.close
+    0x00140028: MethodSpec(  # channel.close
         'channel', 'close', True, False,
         (
             ('reply_code', 'short'),
@@ -233,34 +235,34 @@ METHODS = {
         ),
         (0x00140029,),
     ),
-    0x00140029: (  # channel.close-ok
+    0x00140029: MethodSpec(  # channel.close-ok
         'channel', 'close-ok', True, False,
         (),
         (),
     ),
-    0x00140032: (  # channel.resume
+    0x00140032: MethodSpec(  # channel.resume
         'channel', 'resume', False, False,
         (
             ('channel_id', 'longstr'),
         ),
         (0x00140050,),
     ),
-    0x0014003C: (  # channel.ping
+    0x0014003C: MethodSpec(  # channel.ping
         'channel', 'ping', False, False,
         (),
         (0x00140050,),
     ),
-    0x00140046: (  # channel.pong
+    0x00140046: MethodSpec(  # channel.pong
         'channel', 'pong', False, False,
         (),
         (0x00140050,),
     ),
-    0x00140050: (  # channel.ok
+    0x00140050: MethodSpec(  # channel.ok
         'channel', 'ok', False, False,
         (),
         (),
     ),
-    0x001E000A: (  # access.request
+    0x001E000A: MethodSpec(  # access.request
         'access', 'request', True, False,
         (
             ('realm', 'shortstr'),
@@ -272,14 +274,14 @@ METHODS = {
         ),
         (0x001E000B,),
     ),
-    0x001E000B: (  # access.request-ok
+    0x001E000B: MethodSpec(  # access.request-ok
         'access', 'request-ok', True, False,
         (
             ('ticket', 'short'),
         ),
         (),
     ),
-    0x0028000A: (  # exchange.declare
+    0x0028000A: MethodSpec(  # exchange.declare
         'exchange', 'declare', True, False,
         (
             ('ticket', 'short'),
@@ -294,12 +296,12 @@ METHODS = {
         ),
         (0x0028000B,),
     ),
-    0x0028000B: (  # exchange.declare-ok
+    0x0028000B: MethodSpec(  # exchange.declare-ok
         'exchange', 'declare-ok', True, False,
         (),
         (),
     ),
-    0x00280014: (  # exchange.delete
+    0x00280014: MethodSpec(  # exchange.delete
         'exchange', 'delete', True, False,
         (
             ('ticket', 'short'),
@@ -309,12 +311,12 @@ METHODS = {
         ),
         (0x00280015,),
     ),
-    0x00280015: (  # exchange.delete-ok
+    0x00280015: MethodSpec(  # exchange.delete-ok
         'exchange', 'delete-ok', True, False,
         (),
         (),
     ),
-    0x0032000A: (  # queue.declare
+    0x0032000A: MethodSpec(  # queue.declare
         'queue', 'declare', True, False,
         (
             ('ticket', 'short'),
@@ -328,7 +330,7 @@ METHODS = {
         ),
         (0x0032000B,),
     ),
-    0x0032000B: (  # queue.declare-ok
+    0x0032000B: MethodSpec(  # queue.declare-ok
         'queue', 'declare-ok', True, False,
         (
             ('queue', 'shortstr'),
@@ -337,7 +339,7 @@ METHODS = {
         ),
         (),
     ),
-    0x00320014: (  # queue.bind
+    0x00320014: MethodSpec(  # queue.bind
         'queue', 'bind', True, False,
         (
             ('ticket', 'short'),
@@ -349,12 +351,12 @@ METHODS = {
         ),
         (0x00320015,),
     ),
-    0x00320015: (  # queue.bind-ok
+    0x00320015: MethodSpec(  # queue.bind-ok
         'queue', 'bind-ok', True, False,
         (),
         (),
     ),
-    0x0032001E: (  # queue.purge
+    0x0032001E: MethodSpec(  # queue.purge
         'queue', 'purge', True, False,
         (
             ('ticket', 'short'),
@@ -363,14 +365,14 @@ METHODS = {
         ),
         (0x0032001F,),
     ),
-    0x0032001F: (  # queue.purge-ok
+    0x0032001F: MethodSpec(  # queue.purge-ok
         'queue', 'purge-ok', True, False,
         (
             ('message_count', 'long'),
         ),
         (),
     ),
-    0x00320028: (  # queue.delete
+    0x00320028: MethodSpec(  # queue.delete
         'queue', 'delete', True, False,
         (
             ('ticket', 'short'),
@@ -381,14 +383,14 @@ METHODS = {
         ),
         (0x00320029,),
     ),
-    0x00320029: (  # queue.delete-ok
+    0x00320029: MethodSpec(  # queue.delete-ok
         'queue', 'delete-ok', True, False,
         (
             ('message_count', 'long'),
         ),
         (),
     ),
-    0x00320032: (  # queue.unbind
+    0x00320032: MethodSpec(  # queue.unbind
         'queue', 'unbind', True, False,
         (
             ('ticket', 'short'),
@@ -399,12 +401,12 @@ METHODS = {
         ),
         (0x00320033,),
     ),
-    0x00320033: (  # queue.unbind-ok
+    0x00320033: MethodSpec(  # queue.unbind-ok
         'queue', 'unbind-ok', True, False,
         (),
         (),
     ),
-    0x003C000A: (  # basic.qos
+    0x003C000A: MethodSpec(  # basic.qos
         'basic', 'qos', True, False,
         (
             ('prefetch_size', 'long'),
@@ -413,12 +415,12 @@ METHODS = {
         ),
         (0x003C000B,),
     ),
-    0x003C000B: (  # basic.qos-ok
+    0x003C000B: MethodSpec(  # basic.qos-ok
         'basic', 'qos-ok', True, False,
         (),
         (),
     ),
-    0x003C0014: (  # basic.consume
+    0x003C0014: MethodSpec(  # basic.consume
         'basic', 'consume', True, False,
         (
             ('ticket', 'short'),
@@ -432,14 +434,14 @@ METHODS = {
         ),
         (0x003C0015,),
     ),
-    0x003C0015: (  # basic.consume-ok
+    0x003C0015: MethodSpec(  # basic.consume-ok
         'basic', 'consume-ok', True, False,
         (
             ('consumer_tag', 'shortstr'),
         ),
         (),
     ),
-    0x003C001E: (  # basic.cancel
+    0x003C001E: MethodSpec(  # basic.cancel
         'basic', 'cancel', True, False,
         (
             ('consumer_tag', 'shortstr'),
@@ -447,14 +449,14 @@ METHODS = {
         ),
         (0x003C001F,),
     ),
-    0x003C001F: (  # basic.cancel-ok
+    0x003C001F: MethodSpec(  # basic.cancel-ok
         'basic', 'cancel-ok', True, False,
         (
             ('consumer_tag', 'shortstr'),
         ),
         (),
     ),
-    0x003C0028: (  # basic.publish
+    0x003C0028: MethodSpec(  # basic.publish
         'basic', 'publish', False, True,
         (
             ('ticket', 'short'),
@@ -465,7 +467,7 @@ METHODS = {
         ),
         (),
     ),
-    0x003C0032: (  # basic.return
+    0x003C0032: MethodSpec(  # basic.return
         'basic', 'return', False, True,
         (
             ('reply_code', 'short'),
@@ -475,7 +477,7 @@ METHODS = {
         ),
         (),
     ),
-    0x003C003C: (  # basic.deliver
+    0x003C003C: MethodSpec(  # basic.deliver
         'basic', 'deliver', False, True,
         (
             ('consumer_tag', 'shortstr'),
@@ -486,7 +488,7 @@ METHODS = {
         ),
         (),
     ),
-    0x003C0046: (  # basic.get
+    0x003C0046: MethodSpec(  # basic.get
         'basic', 'get', True, False,
         (
             ('ticket', 'short'),
@@ -495,7 +497,7 @@ METHODS = {
         ),
         (0x003C0047, 0x003C0048,),
     ),
-    0x003C0047: (  # basic.get-ok
+    0x003C0047: MethodSpec(  # basic.get-ok
         'basic', 'get-ok', True, True,
         (
             ('delivery_tag', 'longlong'),
@@ -506,14 +508,14 @@ METHODS = {
         ),
         (),
     ),
-    0x003C0048: (  # basic.get-empty
+    0x003C0048: MethodSpec(  # basic.get-empty
         'basic', 'get-empty', True, False,
         (
             ('cluster_id', 'shortstr'),
         ),
         (),
     ),
-    0x003C0050: (  # basic.ack
+    0x003C0050: MethodSpec(  # basic.ack
         'basic', 'ack', False, False,
         (
             ('delivery_tag', 'longlong'),
@@ -521,7 +523,7 @@ METHODS = {
         ),
         (),
     ),
-    0x003C005A: (  # basic.reject
+    0x003C005A: MethodSpec(  # basic.reject
         'basic', 'reject', False, False,
         (
             ('delivery_tag', 'longlong'),
@@ -529,14 +531,14 @@ METHODS = {
         ),
         (),
     ),
-    0x003C0064: (  # basic.recover
+    0x003C0064: MethodSpec(  # basic.recover
         'basic', 'recover', False, False,
         (
             ('requeue', 'bit'),
         ),
         (),
     ),
-    0x0046000A: (  # file.qos
+    0x0046000A: MethodSpec(  # file.qos
         'file', 'qos', True, False,
         (
             ('prefetch_size', 'long'),
@@ -545,12 +547,12 @@ METHODS = {
         ),
         (0x0046000B,),
     ),
-    0x0046000B: (  # file.qos-ok
+    0x0046000B: MethodSpec(  # file.qos-ok
         'file', 'qos-ok', True, False,
         (),
         (),
     ),
-    0x00460014: (  # file.consume
+    0x00460014: MethodSpec(  # file.consume
         'file', 'consume', True, False,
         (
             ('ticket', 'short'),
@@ -564,14 +566,14 @@ METHODS = {
         ),
         (0x00460015,),
     ),
-    0x00460015: (  # file.consume-ok
+    0x00460015: MethodSpec(  # file.consume-ok
         'file', 'consume-ok', True, False,
         (
             ('consumer_tag', 'shortstr'),
         ),
         (),
     ),
-    0x0046001E: (  # file.cancel
+    0x0046001E: MethodSpec(  # file.cancel
         'file', 'cancel', True, False,
         (
             ('consumer_tag', 'shortstr'),
@@ -579,14 +581,14 @@ METHODS = {
         ),
         (0x0046001F,),
     ),
-    0x0046001F: (  # file.cancel-ok
+    0x0046001F: MethodSpec(  # file.cancel-ok
         'file', 'cancel-ok', True, False,
         (
             ('consumer_tag', 'shortstr'),
         ),
         (),
     ),
-    0x00460028: (  # file.open
+    0x00460028: MethodSpec(  # file.open
         'file', 'open', True, False,
         (
             ('identifier', 'shortstr'),
@@ -594,19 +596,19 @@ METHODS = {
         ),
         (0x00460029,),
     ),
-    0x00460029: (  # file.open-ok
+    0x00460029: MethodSpec(  # file.open-ok
         'file', 'open-ok', True, False,
         (
             ('staged_size', 'longlong'),
         ),
         (0x00460032,),
     ),
-    0x00460032: (  # file.stage
+    0x00460032: MethodSpec(  # file.stage
         'file', 'stage', False, True,
         (),
         (),
     ),
-    0x0046003C: (  # file.publish
+    0x0046003C: MethodSpec(  # file.publish
         'file', 'publish', False, False,
         (
             ('ticket', 'short'),
@@ -618,7 +620,7 @@ METHODS = {
         ),
         (),
     ),
-    0x00460046: (  # file.return
+    0x00460046: MethodSpec(  # file.return
         'file', 'return', False, True,
         (
             ('reply_code', 'short'),
@@ -628,7 +630,7 @@ METHODS = {
         ),
         (),
     ),
-    0x00460050: (  # file.deliver
+    0x00460050: MethodSpec(  # file.deliver
         'file', 'deliver', False, False,
         (
             ('consumer_tag', 'shortstr'),
@@ -640,7 +642,7 @@ METHODS = {
         ),
         (),
     ),
-    0x0046005A: (  # file.ack
+    0x0046005A: MethodSpec(  # file.ack
         'file', 'ack', False, False,
         (
             ('delivery_tag', 'longlong'),
@@ -648,7 +650,7 @@ METHODS = {
         ),
         (),
     ),
-    0x00460064: (  # file.reject
+    0x00460064: MethodSpec(  # file.reject
         'file', 'reject', False, False,
         (
             ('delivery_tag', 'longlong'),
@@ -656,7 +658,7 @@ METHODS = {
         ),
         (),
     ),
-    0x0050000A: (  # stream.qos
+    0x0050000A: MethodSpec(  # stream.qos
         'stream', 'qos', True, False,
         (
             ('prefetch_size', 'long'),
@@ -666,12 +668,12 @@ METHODS = {
         ),
         (0x0050000B,),
     ),
-    0x0050000B: (  # stream.qos-ok
+    0x0050000B: MethodSpec(  # stream.qos-ok
         'stream', 'qos-ok', True, False,
         (),
         (),
     ),
-    0x00500014: (  # stream.consume
+    0x00500014: MethodSpec(  # stream.consume
         'stream', 'consume', True, False,
         (
             ('ticket', 'short'),
@@ -684,14 +686,14 @@ METHODS = {
         ),
         (0x00500015,),
     ),
-    0x00500015: (  # stream.consume-ok
+    0x00500015: MethodSpec(  # stream.consume-ok
         'stream', 'consume-ok', True, False,
         (
             ('consumer_tag', 'shortstr'),
         ),
         (),
     ),
-    0x0050001E: (  # stream.cancel
+    0x0050001E: MethodSpec(  # stream.cancel
         'stream', 'cancel', True, False,
         (
             ('consumer_tag', 'shortstr'),
@@ -699,14 +701,14 @@ METHODS = {
         ),
         (0x0050001F,),
     ),
-    0x0050001F: (  # stream.cancel-ok
+    0x0050001F: MethodSpec(  # stream.cancel-ok
         'stream', 'cancel-ok', True, False,
         (
             ('consumer_tag', 'shortstr'),
         ),
         (),
     ),
-    0x00500028: (  # stream.publish
+    0x00500028: MethodSpec(  # stream.publish
         'stream', 'publish', False, True,
         (
             ('ticket', 'short'),
@@ -717,7 +719,7 @@ METHODS = {
         ),
         (),
     ),
-    0x00500032: (  # stream.return
+    0x00500032: MethodSpec(  # stream.return
         'stream', 'return', False, True,
         (
             ('reply_code', 'short'),
@@ -727,7 +729,7 @@ METHODS = {
         ),
         (),
     ),
-    0x0050003C: (  # stream.deliver
+    0x0050003C: MethodSpec(  # stream.deliver
         'stream', 'deliver', False, True,
         (
             ('consumer_tag', 'shortstr'),
@@ -737,66 +739,66 @@ METHODS = {
         ),
         (),
     ),
-    0x005A000A: (  # tx.select
+    0x005A000A: MethodSpec(  # tx.select
         'tx', 'select', True, False,
         (),
         (0x005A000B,),
     ),
-    0x005A000B: (  # tx.select-ok
+    0x005A000B: MethodSpec(  # tx.select-ok
         'tx', 'select-ok', True, False,
         (),
         (),
     ),
-    0x005A0014: (  # tx.commit
+    0x005A0014: MethodSpec(  # tx.commit
         'tx', 'commit', True, False,
         (),
         (0x005A0015,),
     ),
-    0x005A0015: (  # tx.commit-ok
+    0x005A0015: MethodSpec(  # tx.commit-ok
         'tx', 'commit-ok', True, False,
         (),
         (),
     ),
-    0x005A001E: (  # tx.rollback
+    0x005A001E: MethodSpec(  # tx.rollback
         'tx', 'rollback', True, False,
         (),
         (0x005A001F,),
     ),
-    0x005A001F: (  # tx.rollback-ok
+    0x005A001F: MethodSpec(  # tx.rollback-ok
         'tx', 'rollback-ok', True, False,
         (),
         (),
     ),
-    0x0064000A: (  # dtx.select
+    0x0064000A: MethodSpec(  # dtx.select
         'dtx', 'select', True, False,
         (),
         (0x0064000B,),
     ),
-    0x0064000B: (  # dtx.select-ok
+    0x0064000B: MethodSpec(  # dtx.select-ok
         'dtx', 'select-ok', True, False,
         (),
         (),
     ),
-    0x00640014: (  # dtx.start
+    0x00640014: MethodSpec(  # dtx.start
         'dtx', 'start', True, False,
         (
             ('dtx_identifier', 'shortstr'),
         ),
         (0x00640015,),
     ),
-    0x00640015: (  # dtx.start-ok
+    0x00640015: MethodSpec(  # dtx.start-ok
         'dtx', 'start-ok', True, False,
         (),
         (),
     ),
-    0x006E000A: (  # tunnel.request
+    0x006E000A: MethodSpec(  # tunnel.request
         'tunnel', 'request', False, True,
         (
             ('meta_data', 'table'),
         ),
         (),
     ),
-    0x0078000A: (  # message.transfer
+    0x0078000A: MethodSpec(  # message.transfer
         'message', 'transfer', False, False,
         (
             ('ticket', 'short'),
@@ -824,7 +826,7 @@ METHODS = {
         ),
         (0x007801F4, 0x00780208,),
     ),
-    0x00780014: (  # message.consume
+    0x00780014: MethodSpec(  # message.consume
         'message', 'consume', False, False,
         (
             ('ticket', 'short'),
@@ -837,14 +839,14 @@ METHODS = {
         ),
         (0x007801F4,),
     ),
-    0x0078001E: (  # message.cancel
+    0x0078001E: MethodSpec(  # message.cancel
         'message', 'cancel', False, False,
         (
             ('destination', 'shortstr'),
         ),
         (0x007801F4,),
     ),
-    0x00780028: (  # message.get
+    0x00780028: MethodSpec(  # message.get
         'message', 'get', False, False,
         (
             ('ticket', 'short'),
@@ -854,28 +856,28 @@ METHODS = {
         ),
         (0x007801F4, 0x007801FE,),
     ),
-    0x00780032: (  # message.recover
+    0x00780032: MethodSpec(  # message.recover
         'message', 'recover', False, False,
         (
             ('requeue', 'bit'),
         ),
         (0x007801F4,),
     ),
-    0x0078003C: (  # message.open
+    0x0078003C: MethodSpec(  # message.open
         'message', 'open', False, False,
         (
             ('reference', 'longstr'),
         ),
         (0x007801F4,),
     ),
-    0x00780046: (  # message.close
+    0x00780046: MethodSpec(  # message.close
         'message', 'close', False, False,
         (
             ('reference', 'longstr'),
         ),
         (0x007801F4,),
     ),
-    0x00780050: (  # message.append
+    0x00780050: MethodSpec(  # message.append
         'message', 'append', False, False,
         (
             ('reference', 'longstr'),
@@ -883,7 +885,7 @@ METHODS = {
         ),
         (0x007801F4,),
     ),
-    0x0078005A: (  # message.checkpoint
+    0x0078005A: MethodSpec(  # message.checkpoint
         'message', 'checkpoint', False, False,
         (
             ('reference', 'longstr'),
@@ -891,7 +893,7 @@ METHODS = {
         ),
         (0x007801F4,),
     ),
-    0x00780064: (  # message.resume
+    0x00780064: MethodSpec(  # message.resume
         'message', 'resume', False, False,
         (
             ('reference', 'longstr'),
@@ -899,7 +901,7 @@ METHODS = {
         ),
         (0x00780212,),
     ),
-    0x0078006E: (  # message.qos
+    0x0078006E: MethodSpec(  # message.qos
         'message', 'qos', False, False,
         (
             ('prefetch_size', 'long'),
@@ -908,17 +910,17 @@ METHODS = {
         ),
         (0x007801F4,),
     ),
-    0x007801F4: (  # message.ok
+    0x007801F4: MethodSpec(  # message.ok
         'message', 'ok', False, False,
         (),
         (),
     ),
-    0x007801FE: (  # message.empty
+    0x007801FE: MethodSpec(  # message.empty
         'message', 'empty', False, False,
         (),
         (),
     ),
-    0x00780208: (  # message.reject
+    0x00780208: MethodSpec(  # message.reject
         'message', 'reject', False, False,
         (
             ('code', 'short'),
@@ -926,7 +928,7 @@ METHODS = {
         ),
         (),
     ),
-    0x00780212: (  # message.offset
+    0x00780212: MethodSpec(  # message.offset
         'message', 'offset', False, False,
         (
             ('value', 'longlong'),

@@ -6,6 +6,8 @@ amqplens.decode.v0_9_1. Field names are snake_case; wire types are one of
 bit octet short long longlong shortstr longstr timestamp table content.
 """
 
+from amqplens.decode.v0_9_1.spec_types import MethodSpec
+
 DIALECT = '0-9-1'
 SPEC_VERSION = (0, 9, 1)  # <amqp major minor revision>
 PORT = 5672
@@ -83,10 +85,10 @@ CLASSES = {
     90: 'tx',
 }
 
-# class_id << 16 | method_id -> (class name, method name, synchronous, has content,
+# class_id << 16 | method_id -> MethodSpec(class name, method name, synchronous, has content,
 #     ((field, wire type), ...) in wire order, (response method keys, ...))
-METHODS = {
-    0x000A000A: (  # connection.start
+METHODS: dict[int, MethodSpec] = {
+    0x000A000A: MethodSpec(  # connection.start
         'connection', 'start', True, False,
         (
             ('version_major', 'octet'),
@@ -97,7 +99,7 @@ METHODS = {
         ),
         (0x000A000B,),
     ),
-    0x000A000B: (  # connection.start-ok
+    0x000A000B: MethodSpec(  # connection.start-ok
         'connection', 'start-ok', True, False,
         (
             ('client_properties', 'table'),
@@ -107,21 +109,21 @@ METHODS = {
         ),
         (),
     ),
-    0x000A0014: (  # connection.secure
+    0x000A0014: MethodSpec(  # connection.secure
         'connection', 'secure', True, False,
         (
             ('challenge', 'longstr'),
         ),
         (0x000A0015,),
     ),
-    0x000A0015: (  # connection.secure-ok
+    0x000A0015: MethodSpec(  # connection.secure-ok
         'connection', 'secure-ok', True, False,
         (
             ('response', 'longstr'),
         ),
         (),
     ),
-    0x000A001E: (  # connection.tune
+    0x000A001E: MethodSpec(  # connection.tune
         'connection', 'tune', True, False,
         (
             ('channel_max', 'short'),
@@ -130,7 +132,7 @@ METHODS = {
         ),
         (0x000A001F,),
     ),
-    0x000A001F: (  # connection.tune-ok
+    0x000A001F: MethodSpec(  # connection.tune-ok
         'connection', 'tune-ok', True, False,
         (
             ('channel_max', 'short'),
@@ -139,7 +141,7 @@ METHODS = {
         ),
         (),
     ),
-    0x000A0028: (  # connection.open
+    0x000A0028: MethodSpec(  # connection.open
         'connection', 'open', True, False,
         (
             ('virtual_host', 'shortstr'),
@@ -148,14 +150,14 @@ METHODS = {
         ),
         (0x000A0029,),
     ),
-    0x000A0029: (  # connection.open-ok
+    0x000A0029: MethodSpec(  # connection.open-ok
         'connection', 'open-ok', True, False,
         (
             ('reserved_1', 'shortstr'),
         ),
         (),
     ),
-    0x000A0032: (  # connection.close
+    0x000A0032: MethodSpec(  # connection.close
         'connection', 'close', True, False,
         (
             ('reply_code', 'short'),
@@ -165,24 +167,24 @@ METHODS = {
         ),
         (0x000A0033,),
     ),
-    0x000A0033: (  # connection.close-ok
+    0x000A0033: MethodSpec(  # connection.close-ok
         'connection', 'close-ok', True, False,
         (),
         (),
     ),
-    0x000A003C: (  # connection.blocked
+    0x000A003C: MethodSpec(  # connection.blocked
         'connection', 'blocked', False, False,
         (
             ('reason', 'shortstr'),
         ),
         (),
     ),
-    0x000A003D: (  # connection.unblocked
+    0x000A003D: MethodSpec(  # connection.unblocked
         'connection', 'unblocked', False, False,
         (),
         (),
     ),
-    0x000A0046: (  # connection.update-secret
+    0x000A0046: MethodSpec(  # connection.update-secret
         'connection', 'update-secret', True, False,
         (
             ('new_secret', 'longstr'),
@@ -190,40 +192,40 @@ METHODS = {
         ),
         (0x000A0047,),
     ),
-    0x000A0047: (  # connection.update-secret-ok
+    0x000A0047: MethodSpec(  # connection.update-secret-ok
         'connection', 'update-secret-ok', True, False,
         (),
         (),
     ),
-    0x0014000A: (  # channel.open
+    0x0014000A: MethodSpec(  # channel.open
         'channel', 'open', True, False,
         (
             ('reserved_1', 'shortstr'),
         ),
         (0x0014000B,),
     ),
-    0x0014000B: (  # channel.open-ok
+    0x0014000B: MethodSpec(  # channel.open-ok
         'channel', 'open-ok', True, False,
         (
             ('reserved_1', 'longstr'),
         ),
         (),
     ),
-    0x00140014: (  # channel.flow
+    0x00140014: MethodSpec(  # channel.flow
         'channel', 'flow', True, False,
         (
             ('active', 'bit'),
         ),
         (0x00140015,),
     ),
-    0x00140015: (  # channel.flow-ok
+    0x00140015: MethodSpec(  # channel.flow-ok
         'channel', 'flow-ok', False, False,
         (
             ('active', 'bit'),
         ),
         (),
     ),
-    0x00140028: (  # channel.close
+    0x00140028: MethodSpec(  # channel.close
         'channel', 'close', True, False,
         (
             ('reply_code', 'short'),
@@ -233,12 +235,12 @@ METHODS = {
         ),
         (0x00140029,),
     ),
-    0x00140029: (  # channel.close-ok
+    0x00140029: MethodSpec(  # channel.close-ok
         'channel', 'close-ok', True, False,
         (),
         (),
     ),
-    0x0028000A: (  # exchange.declare
+    0x0028000A: MethodSpec(  # exchange.declare
         'exchange', 'declare', True, False,
         (
             ('reserved_1', 'short'),
@@ -253,12 +255,12 @@ METHODS = {
         ),
         (0x0028000B,),
     ),
-    0x0028000B: (  # exchange.declare-ok
+    0x0028000B: MethodSpec(  # exchange.declare-ok
         'exchange', 'declare-ok', True, False,
         (),
         (),
     ),
-    0x00280014: (  # exchange.delete
+    0x00280014: MethodSpec(  # exchange.delete
         'exchange', 'delete', True, False,
         (
             ('reserved_1', 'short'),
@@ -268,12 +270,12 @@ METHODS = {
         ),
         (0x00280015,),
     ),
-    0x00280015: (  # exchange.delete-ok
+    0x00280015: MethodSpec(  # exchange.delete-ok
         'exchange', 'delete-ok', True, False,
         (),
         (),
     ),
-    0x0028001E: (  # exchange.bind
+    0x0028001E: MethodSpec(  # exchange.bind
         'exchange', 'bind', True, False,
         (
             ('reserved_1', 'short'),
@@ -285,12 +287,12 @@ METHODS = {
         ),
         (0x0028001F,),
     ),
-    0x0028001F: (  # exchange.bind-ok
+    0x0028001F: MethodSpec(  # exchange.bind-ok
         'exchange', 'bind-ok', True, False,
         (),
         (),
     ),
-    0x00280028: (  # exchange.unbind
+    0x00280028: MethodSpec(  # exchange.unbind
         'exchange', 'unbind', True, False,
         (
             ('reserved_1', 'short'),
@@ -302,12 +304,12 @@ METHODS = {
         ),
         (0x00280033,),
     ),
-    0x00280033: (  # exchange.unbind-ok
+    0x00280033: MethodSpec(  # exchange.unbind-ok
         'exchange', 'unbind-ok', True, False,
         (),
         (),
     ),
-    0x0032000A: (  # queue.declare
+    0x0032000A: MethodSpec(  # queue.declare
         'queue', 'declare', True, False,
         (
             ('reserved_1', 'short'),
@@ -321,7 +323,7 @@ METHODS = {
         ),
         (0x0032000B,),
     ),
-    0x0032000B: (  # queue.declare-ok
+    0x0032000B: MethodSpec(  # queue.declare-ok
         'queue', 'declare-ok', True, False,
         (
             ('queue', 'shortstr'),
@@ -330,7 +332,7 @@ METHODS = {
         ),
         (),
     ),
-    0x00320014: (  # queue.bind
+    0x00320014: MethodSpec(  # queue.bind
         'queue', 'bind', True, False,
         (
             ('reserved_1', 'short'),
@@ -342,12 +344,12 @@ METHODS = {
         ),
         (0x00320015,),
     ),
-    0x00320015: (  # queue.bind-ok
+    0x00320015: MethodSpec(  # queue.bind-ok
         'queue', 'bind-ok', True, False,
         (),
         (),
     ),
-    0x0032001E: (  # queue.purge
+    0x0032001E: MethodSpec(  # queue.purge
         'queue', 'purge', True, False,
         (
             ('reserved_1', 'short'),
@@ -356,14 +358,14 @@ METHODS = {
         ),
         (0x0032001F,),
     ),
-    0x0032001F: (  # queue.purge-ok
+    0x0032001F: MethodSpec(  # queue.purge-ok
         'queue', 'purge-ok', True, False,
         (
             ('message_count', 'long'),
         ),
         (),
     ),
-    0x00320028: (  # queue.delete
+    0x00320028: MethodSpec(  # queue.delete
         'queue', 'delete', True, False,
         (
             ('reserved_1', 'short'),
@@ -374,14 +376,14 @@ METHODS = {
         ),
         (0x00320029,),
     ),
-    0x00320029: (  # queue.delete-ok
+    0x00320029: MethodSpec(  # queue.delete-ok
         'queue', 'delete-ok', True, False,
         (
             ('message_count', 'long'),
         ),
         (),
     ),
-    0x00320032: (  # queue.unbind
+    0x00320032: MethodSpec(  # queue.unbind
         'queue', 'unbind', True, False,
         (
             ('reserved_1', 'short'),
@@ -392,12 +394,12 @@ METHODS = {
         ),
         (0x00320033,),
     ),
-    0x00320033: (  # queue.unbind-ok
+    0x00320033: MethodSpec(  # queue.unbind-ok
         'queue', 'unbind-ok', True, False,
         (),
         (),
     ),
-    0x003C000A: (  # basic.qos
+    0x003C000A: MethodSpec(  # basic.qos
         'basic', 'qos', True, False,
         (
             ('prefetch_size', 'long'),
@@ -406,12 +408,12 @@ METHODS = {
         ),
         (0x003C000B,),
     ),
-    0x003C000B: (  # basic.qos-ok
+    0x003C000B: MethodSpec(  # basic.qos-ok
         'basic', 'qos-ok', True, False,
         (),
         (),
     ),
-    0x003C0014: (  # basic.consume
+    0x003C0014: MethodSpec(  # basic.consume
         'basic', 'consume', True, False,
         (
             ('reserved_1', 'short'),
@@ -425,14 +427,14 @@ METHODS = {
         ),
         (0x003C0015,),
     ),
-    0x003C0015: (  # basic.consume-ok
+    0x003C0015: MethodSpec(  # basic.consume-ok
         'basic', 'consume-ok', True, False,
         (
             ('consumer_tag', 'shortstr'),
         ),
         (),
     ),
-    0x003C001E: (  # basic.cancel
+    0x003C001E: MethodSpec(  # basic.cancel
         'basic', 'cancel', True, False,
         (
             ('consumer_tag', 'shortstr'),
@@ -440,14 +442,14 @@ METHODS = {
         ),
         (0x003C001F,),
     ),
-    0x003C001F: (  # basic.cancel-ok
+    0x003C001F: MethodSpec(  # basic.cancel-ok
         'basic', 'cancel-ok', True, False,
         (
             ('consumer_tag', 'shortstr'),
         ),
         (),
     ),
-    0x003C0028: (  # basic.publish
+    0x003C0028: MethodSpec(  # basic.publish
         'basic', 'publish', False, True,
         (
             ('reserved_1', 'short'),
@@ -458,7 +460,7 @@ METHODS = {
         ),
         (),
     ),
-    0x003C0032: (  # basic.return
+    0x003C0032: MethodSpec(  # basic.return
         'basic', 'return', False, True,
         (
             ('reply_code', 'short'),
@@ -468,7 +470,7 @@ METHODS = {
         ),
         (),
     ),
-    0x003C003C: (  # basic.deliver
+    0x003C003C: MethodSpec(  # basic.deliver
         'basic', 'deliver', False, True,
         (
             ('consumer_tag', 'shortstr'),
@@ -479,7 +481,7 @@ METHODS = {
         ),
         (),
     ),
-    0x003C0046: (  # basic.get
+    0x003C0046: MethodSpec(  # basic.get
         'basic', 'get', True, False,
         (
             ('reserved_1', 'short'),
@@ -488,7 +490,7 @@ METHODS = {
         ),
         (0x003C0047, 0x003C0048,),
     ),
-    0x003C0047: (  # basic.get-ok
+    0x003C0047: MethodSpec(  # basic.get-ok
         'basic', 'get-ok', True, True,
         (
             ('delivery_tag', 'longlong'),
@@ -499,14 +501,14 @@ METHODS = {
         ),
         (),
     ),
-    0x003C0048: (  # basic.get-empty
+    0x003C0048: MethodSpec(  # basic.get-empty
         'basic', 'get-empty', True, False,
         (
             ('reserved_1', 'shortstr'),
         ),
         (),
     ),
-    0x003C0050: (  # basic.ack
+    0x003C0050: MethodSpec(  # basic.ack
         'basic', 'ack', False, False,
         (
             ('delivery_tag', 'longlong'),
@@ -514,7 +516,7 @@ METHODS = {
         ),
         (),
     ),
-    0x003C005A: (  # basic.reject
+    0x003C005A: MethodSpec(  # basic.reject
         'basic', 'reject', False, False,
         (
             ('delivery_tag', 'longlong'),
@@ -522,26 +524,26 @@ METHODS = {
         ),
         (),
     ),
-    0x003C0064: (  # basic.recover-async
+    0x003C0064: MethodSpec(  # basic.recover-async
         'basic', 'recover-async', False, False,
         (
             ('requeue', 'bit'),
         ),
         (),
     ),
-    0x003C006E: (  # basic.recover
+    0x003C006E: MethodSpec(  # basic.recover
         'basic', 'recover', False, False,
         (
             ('requeue', 'bit'),
         ),
         (),
     ),
-    0x003C006F: (  # basic.recover-ok
+    0x003C006F: MethodSpec(  # basic.recover-ok
         'basic', 'recover-ok', True, False,
         (),
         (),
     ),
-    0x003C0078: (  # basic.nack
+    0x003C0078: MethodSpec(  # basic.nack
         'basic', 'nack', False, False,
         (
             ('delivery_tag', 'longlong'),
@@ -550,44 +552,44 @@ METHODS = {
         ),
         (),
     ),
-    0x0055000A: (  # confirm.select
+    0x0055000A: MethodSpec(  # confirm.select
         'confirm', 'select', True, False,
         (
             ('nowait', 'bit'),
         ),
         (0x0055000B,),
     ),
-    0x0055000B: (  # confirm.select-ok
+    0x0055000B: MethodSpec(  # confirm.select-ok
         'confirm', 'select-ok', True, False,
         (),
         (),
     ),
-    0x005A000A: (  # tx.select
+    0x005A000A: MethodSpec(  # tx.select
         'tx', 'select', True, False,
         (),
         (0x005A000B,),
     ),
-    0x005A000B: (  # tx.select-ok
+    0x005A000B: MethodSpec(  # tx.select-ok
         'tx', 'select-ok', True, False,
         (),
         (),
     ),
-    0x005A0014: (  # tx.commit
+    0x005A0014: MethodSpec(  # tx.commit
         'tx', 'commit', True, False,
         (),
         (0x005A0015,),
     ),
-    0x005A0015: (  # tx.commit-ok
+    0x005A0015: MethodSpec(  # tx.commit-ok
         'tx', 'commit-ok', True, False,
         (),
         (),
     ),
-    0x005A001E: (  # tx.rollback
+    0x005A001E: MethodSpec(  # tx.rollback
         'tx', 'rollback', True, False,
         (),
         (0x005A001F,),
     ),
-    0x005A001F: (  # tx.rollback-ok
+    0x005A001F: MethodSpec(  # tx.rollback-ok
         'tx', 'rollback-ok', True, False,
         (),
         (),

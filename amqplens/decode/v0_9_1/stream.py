@@ -23,6 +23,7 @@ from amqplens.decode.streaming import StreamDecoderBase, decode_both
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
 from amqplens.decode.v0_9_1.content import ContentTracker
 from amqplens.decode.v0_9_1.facts import FACT_CLASSES, ConnectionFacts
+from amqplens.decode.v0_9_1.spec_types import MethodSpec
 from amqplens.decode.v0_9_1.fieldtable import RABBITMQ
 from amqplens.decode.v0_9_1.frames import ALL_METHOD_KEYS, channel_rule, tables_for
 from amqplens.decode.v0_9_1.framing import FOREIGN, SYNCED, DirectionFramer
@@ -187,21 +188,21 @@ class Amqp091StreamDecoder(StreamDecoderBase):
             row["method_id"] = key & 0xFFFF
             row["class_name"] = self.tables.classes.get(class_id)
         if meta is not None:
-            row["method_name"] = meta[1]
+            row["method_name"] = meta.method_name
             # facts and _after_method look at connection-class methods only (FACT_CLASSES: from the facts' handlers)
-            if args is not None and not oob and meta[0] in FACT_CLASSES:
-                self._facts.on_method(direction, meta[0], meta[1], args)  # may redact args
+            if args is not None and not oob and meta.class_name in FACT_CLASSES:
+                self._facts.on_method(direction, meta.class_name, meta.method_name, args)  # may redact args
                 self._after_method(direction, meta, args, row["stream_offset"] + row["size"])
             if not oob:
                 # meta is found by key, so class_id is set
-                row["message_seq"] = self._content[direction].on_method(channel, cast(int, class_id), meta[3])
+                row["message_seq"] = self._content[direction].on_method(channel, cast(int, class_id), meta.content)
         if args is not None:
             promote(row, args, self.tables.promoted.get(key))
             row["arguments_json"] = to_json(args)
         row["decode_error"] = error or channel_rule("method", channel, class_id)
 
-    def _after_method(self, direction: str, meta: tuple, args: dict, end_offset: int) -> None:
-        name = (meta[0], meta[1])
+    def _after_method(self, direction: str, meta: MethodSpec, args: dict, end_offset: int) -> None:
+        name = (meta.class_name, meta.method_name)
         if name == ("connection", "start") and self._facts.facts["dialect_source"] in (None, "framing"):
             if (args.get("version_major"), args.get("version_minor")) == (8, 0) and self.dialect != D0_8:
                 self._set_dialect(D0_8, "connection_start")

@@ -19,10 +19,10 @@ PERFORMATIVES = PROVIDES["frame"]
 SASL_FRAMES = PROVIDES["sasl-frame"]
 SECTIONS = PROVIDES["section"]
 DELIVERY_STATES = PROVIDES["delivery-state"]
-NAMES = {code: entry[0] for code, entry in DESCRIBED.items()}
-SYMBOL_OF = {code: entry[1] for code, entry in DESCRIBED.items()}
-FIELD_NAMES = {code: tuple(f[0] for f in entry[5]) for code, entry in DESCRIBED.items()}
-COMPOSITE = frozenset(code for code, entry in DESCRIBED.items() if entry[2] == "composite")
+NAMES = {code: entry.name for code, entry in DESCRIBED.items()}
+SYMBOL_OF = {code: entry.symbol for code, entry in DESCRIBED.items()}
+FIELD_NAMES = {code: tuple(f[0] for f in entry.fields) for code, entry in DESCRIBED.items()}
+COMPOSITE = frozenset(code for code, entry in DESCRIBED.items() if entry.type_class == "composite")
 
 ROLE = CHOICES["role"]
 SND_SETTLE_MODE = CHOICES["sender-settle-mode"]

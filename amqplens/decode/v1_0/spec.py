@@ -6,6 +6,8 @@ what they provide), the restricted types and their choices, as plain data for
 amqplens.decode.v1_0. Field names are snake_case; type names as in the XML.
 """
 
+from amqplens.decode.v1_0.spec_types import Described
+
 SPEC_VERSION = (1, 0, 0)
 
 # <definition> name -> value
@@ -195,10 +197,10 @@ CHOICES = {
     },
 }
 
-# numeric descriptor (domain << 32 | id) -> (name, symbolic descriptor, class, source,
+# numeric descriptor (domain << 32 | id) -> Described(name, symbolic descriptor, class, source,
 #     provides, ((field, type, multiple, mandatory, default, requires), ...) in list order)
-DESCRIBED = {
-    0x10: (  # open
+DESCRIBED: dict[int, Described] = {
+    0x10: Described(  # open
         'open', 'amqp:open:list', 'composite', 'list', ('frame',),
         (
             ('container_id', 'string', False, True, None, None),
@@ -213,7 +215,7 @@ DESCRIBED = {
             ('properties', 'fields', False, False, None, None),
         ),
     ),
-    0x11: (  # begin
+    0x11: Described(  # begin
         'begin', 'amqp:begin:list', 'composite', 'list', ('frame',),
         (
             ('remote_channel', 'ushort', False, False, None, None),
@@ -226,7 +228,7 @@ DESCRIBED = {
             ('properties', 'fields', False, False, None, None),
         ),
     ),
-    0x12: (  # attach
+    0x12: Described(  # attach
         'attach', 'amqp:attach:list', 'composite', 'list', ('frame',),
         (
             ('name', 'string', False, True, None, None),
@@ -245,7 +247,7 @@ DESCRIBED = {
             ('properties', 'fields', False, False, None, None),
         ),
     ),
-    0x13: (  # flow
+    0x13: Described(  # flow
         'flow', 'amqp:flow:list', 'composite', 'list', ('frame',),
         (
             ('next_incoming_id', 'transfer-number', False, False, None, None),
@@ -261,7 +263,7 @@ DESCRIBED = {
             ('properties', 'fields', False, False, None, None),
         ),
     ),
-    0x14: (  # transfer
+    0x14: Described(  # transfer
         'transfer', 'amqp:transfer:list', 'composite', 'list', ('frame',),
         (
             ('handle', 'handle', False, True, None, None),
@@ -277,7 +279,7 @@ DESCRIBED = {
             ('batchable', 'boolean', False, False, False, None),
         ),
     ),
-    0x15: (  # disposition
+    0x15: Described(  # disposition
         'disposition', 'amqp:disposition:list', 'composite', 'list', ('frame',),
         (
             ('role', 'role', False, True, None, None),
@@ -288,7 +290,7 @@ DESCRIBED = {
             ('batchable', 'boolean', False, False, False, None),
         ),
     ),
-    0x16: (  # detach
+    0x16: Described(  # detach
         'detach', 'amqp:detach:list', 'composite', 'list', ('frame',),
         (
             ('handle', 'handle', False, True, None, None),
@@ -296,19 +298,19 @@ DESCRIBED = {
             ('error', 'error', False, False, None, None),
         ),
     ),
-    0x17: (  # end
+    0x17: Described(  # end
         'end', 'amqp:end:list', 'composite', 'list', ('frame',),
         (
             ('error', 'error', False, False, None, None),
         ),
     ),
-    0x18: (  # close
+    0x18: Described(  # close
         'close', 'amqp:close:list', 'composite', 'list', ('frame',),
         (
             ('error', 'error', False, False, None, None),
         ),
     ),
-    0x1D: (  # error
+    0x1D: Described(  # error
         'error', 'amqp:error:list', 'composite', 'list', (),
         (
             ('condition', 'symbol', False, True, None, 'error-condition'),
@@ -316,28 +318,28 @@ DESCRIBED = {
             ('info', 'fields', False, False, None, None),
         ),
     ),
-    0x23: (  # received
+    0x23: Described(  # received
         'received', 'amqp:received:list', 'composite', 'list', ('delivery-state',),
         (
             ('section_number', 'uint', False, True, None, None),
             ('section_offset', 'ulong', False, True, None, None),
         ),
     ),
-    0x24: (  # accepted
+    0x24: Described(  # accepted
         'accepted', 'amqp:accepted:list', 'composite', 'list', ('delivery-state', 'outcome'),
         (),
     ),
-    0x25: (  # rejected
+    0x25: Described(  # rejected
         'rejected', 'amqp:rejected:list', 'composite', 'list', ('delivery-state', 'outcome'),
         (
             ('error', 'error', False, False, None, None),
         ),
     ),
-    0x26: (  # released
+    0x26: Described(  # released
         'released', 'amqp:released:list', 'composite', 'list', ('delivery-state', 'outcome'),
         (),
     ),
-    0x27: (  # modified
+    0x27: Described(  # modified
         'modified', 'amqp:modified:list', 'composite', 'list', ('delivery-state', 'outcome'),
         (
             ('delivery_failed', 'boolean', False, False, None, None),
@@ -345,7 +347,7 @@ DESCRIBED = {
             ('message_annotations', 'fields', False, False, None, None),
         ),
     ),
-    0x28: (  # source
+    0x28: Described(  # source
         'source', 'amqp:source:list', 'composite', 'list', ('source',),
         (
             ('address', '*', False, False, None, 'address'),
@@ -361,7 +363,7 @@ DESCRIBED = {
             ('capabilities', 'symbol', True, False, None, None),
         ),
     ),
-    0x29: (  # target
+    0x29: Described(  # target
         'target', 'amqp:target:list', 'composite', 'list', ('target',),
         (
             ('address', '*', False, False, None, 'address'),
@@ -373,61 +375,61 @@ DESCRIBED = {
             ('capabilities', 'symbol', True, False, None, None),
         ),
     ),
-    0x2B: (  # delete-on-close
+    0x2B: Described(  # delete-on-close
         'delete-on-close', 'amqp:delete-on-close:list', 'composite', 'list', ('lifetime-policy',),
         (),
     ),
-    0x2C: (  # delete-on-no-links
+    0x2C: Described(  # delete-on-no-links
         'delete-on-no-links', 'amqp:delete-on-no-links:list', 'composite', 'list', ('lifetime-policy',),
         (),
     ),
-    0x2D: (  # delete-on-no-messages
+    0x2D: Described(  # delete-on-no-messages
         'delete-on-no-messages', 'amqp:delete-on-no-messages:list', 'composite', 'list', ('lifetime-policy',),
         (),
     ),
-    0x2E: (  # delete-on-no-links-or-messages
+    0x2E: Described(  # delete-on-no-links-or-messages
         'delete-on-no-links-or-messages', 'amqp:delete-on-no-links-or-messages:list', 'composite', 'list', ('lifetime-policy',),
         (),
     ),
-    0x30: (  # coordinator
+    0x30: Described(  # coordinator
         'coordinator', 'amqp:coordinator:list', 'composite', 'list', ('target',),
         (
             ('capabilities', 'symbol', True, False, None, 'txn-capability'),
         ),
     ),
-    0x31: (  # declare
+    0x31: Described(  # declare
         'declare', 'amqp:declare:list', 'composite', 'list', (),
         (
             ('global_id', '*', False, False, None, 'global-tx-id'),
         ),
     ),
-    0x32: (  # discharge
+    0x32: Described(  # discharge
         'discharge', 'amqp:discharge:list', 'composite', 'list', (),
         (
             ('txn_id', '*', False, True, None, 'txn-id'),
             ('fail', 'boolean', False, False, None, None),
         ),
     ),
-    0x33: (  # declared
+    0x33: Described(  # declared
         'declared', 'amqp:declared:list', 'composite', 'list', ('delivery-state', 'outcome'),
         (
             ('txn_id', '*', False, True, None, 'txn-id'),
         ),
     ),
-    0x34: (  # transactional-state
+    0x34: Described(  # transactional-state
         'transactional-state', 'amqp:transactional-state:list', 'composite', 'list', ('delivery-state',),
         (
             ('txn_id', '*', False, True, None, 'txn-id'),
             ('outcome', '*', False, False, None, 'outcome'),
         ),
     ),
-    0x40: (  # sasl-mechanisms
+    0x40: Described(  # sasl-mechanisms
         'sasl-mechanisms', 'amqp:sasl-mechanisms:list', 'composite', 'list', ('sasl-frame',),
         (
             ('sasl_server_mechanisms', 'symbol', True, True, None, None),
         ),
     ),
-    0x41: (  # sasl-init
+    0x41: Described(  # sasl-init
         'sasl-init', 'amqp:sasl-init:list', 'composite', 'list', ('sasl-frame',),
         (
             ('mechanism', 'symbol', False, True, None, None),
@@ -435,26 +437,26 @@ DESCRIBED = {
             ('hostname', 'string', False, False, None, None),
         ),
     ),
-    0x42: (  # sasl-challenge
+    0x42: Described(  # sasl-challenge
         'sasl-challenge', 'amqp:sasl-challenge:list', 'composite', 'list', ('sasl-frame',),
         (
             ('challenge', 'binary', False, True, None, None),
         ),
     ),
-    0x43: (  # sasl-response
+    0x43: Described(  # sasl-response
         'sasl-response', 'amqp:sasl-response:list', 'composite', 'list', ('sasl-frame',),
         (
             ('response', 'binary', False, True, None, None),
         ),
     ),
-    0x44: (  # sasl-outcome
+    0x44: Described(  # sasl-outcome
         'sasl-outcome', 'amqp:sasl-outcome:list', 'composite', 'list', ('sasl-frame',),
         (
             ('code', 'sasl-code', False, True, None, None),
             ('additional_data', 'binary', False, False, None, None),
         ),
     ),
-    0x70: (  # header
+    0x70: Described(  # header
         'header', 'amqp:header:list', 'composite', 'list', ('section',),
         (
             ('durable', 'boolean', False, False, None, None),
@@ -464,15 +466,15 @@ DESCRIBED = {
             ('delivery_count', 'uint', False, False, None, None),
         ),
     ),
-    0x71: (  # delivery-annotations
+    0x71: Described(  # delivery-annotations
         'delivery-annotations', 'amqp:delivery-annotations:map', 'restricted', 'annotations', ('section',),
         (),
     ),
-    0x72: (  # message-annotations
+    0x72: Described(  # message-annotations
         'message-annotations', 'amqp:message-annotations:map', 'restricted', 'annotations', ('section',),
         (),
     ),
-    0x73: (  # properties
+    0x73: Described(  # properties
         'properties', 'amqp:properties:list', 'composite', 'list', ('section',),
         (
             ('message_id', '*', False, False, None, 'message-id'),
@@ -490,23 +492,23 @@ DESCRIBED = {
             ('reply_to_group_id', 'string', False, False, None, None),
         ),
     ),
-    0x74: (  # application-properties
+    0x74: Described(  # application-properties
         'application-properties', 'amqp:application-properties:map', 'restricted', 'map', ('section',),
         (),
     ),
-    0x75: (  # data
+    0x75: Described(  # data
         'data', 'amqp:data:binary', 'restricted', 'binary', ('section',),
         (),
     ),
-    0x76: (  # amqp-sequence
+    0x76: Described(  # amqp-sequence
         'amqp-sequence', 'amqp:amqp-sequence:list', 'restricted', 'list', ('section',),
         (),
     ),
-    0x77: (  # amqp-value
+    0x77: Described(  # amqp-value
         'amqp-value', 'amqp:amqp-value:*', 'restricted', '*', ('section',),
         (),
     ),
-    0x78: (  # footer
+    0x78: Described(  # footer
         'footer', 'amqp:footer:map', 'restricted', 'annotations', ('section',),
         (),
     ),
