@@ -27,7 +27,7 @@ from amqplens.decode.v0_9_1 import Amqp091StreamDecoder
 from amqplens.decode.v0_9_1.hotpath import FrameBatch, compiled_enabled
 
 HEADER_LEN = 8
-FAMILY_0_9_1 = ("0-8", "0-9", "0-9-1")
+
 # the SASL and TLS layers of 1.0 are still dialect 1.0
 DIALECT_OF_HEADER = {"1.0-sasl": "1.0", "1.0-tls": "1.0"}
 
@@ -240,7 +240,7 @@ class DecodingConsumer:
 
     def connection_facts(self) -> dict:
         facts = self.codec.connection_facts() if self.codec is not None else {}
-        if self.detected is not None and self.detected not in FAMILY_0_9_1:
+        if self.detected is not None and self.detected not in detect.FAMILY_0_9_1:
             facts["dialect"] = DIALECT_OF_HEADER.get(self.detected, self.detected)
         elif not any(facts.get(f"frame_bytes_{d}") for d in ("to_server", "to_client")):
             facts["dialect"] = None  # nothing decoded: the codec's default says nothing

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import typing
 from collections.abc import Iterable, Iterator
 
@@ -28,6 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from amqplens.decode.capture import read_split
+from amqplens.decode.common.arrow import to_struct_array, use_system_memory_pool  # noqa: F401  (the batch functions' names)
+from amqplens.decode.common.rows import STAGE_FRAME
 from amqplens.decode.codecs import DecodeOptions, DecodingConsumer
 from amqplens.decode.capture.records import PACKET_SCHEMA, CaptureErrorRecord, SplitStats
 from amqplens.decode.tcp import TcpReassembler
@@ -52,10 +53,6 @@ def _struct_of(cls) -> pa.StructType:
     hints = typing.get_type_hints(cls)
     return pa.struct([pa.field(f.name, _arrow_type(hints[f.name])) for f in dataclasses.fields(cls)])
 
-
-# decode_errors.stage of a frame that framed but did not decode: its bytes are also the frame's, so
-# byte accounting (amqplens/jobs/validate/quality.py) and metrics_errors (amqplens/jobs/metrics/__init__.py) leave these rows out
-STAGE_FRAME = "frame"
 
 
 @dataclasses.dataclass
@@ -116,18 +113,6 @@ class Options:
     @property
     def flows_schema(self) -> pa.Schema:
         return flows_out_schema(self.frame_struct, self.facts_struct)
-
-
-def use_system_memory_pool() -> None:
-    """Arrow buffers of this process from the C library's allocator, unless ``ARROW_DEFAULT_MEMORY_POOL`` chose one.
-
-    With pyarrow's default mimalloc pool the batch functions, which build many small arrays from
-    Python rows, took 10-15% more CPU (decode and lifecycle alike) than with the system or jemalloc
-    pool on the benchmark capture. The pool changes no value; buffers keep the pool they came from.
-    """
-    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or pa.default_memory_pool().backend_name == "system":
-        return
-    pa.set_memory_pool(pa.system_memory_pool())
 
 
 def error_id(capture_id: str, connection_id: str | None, direction: str | None, stage: str, offset: int) -> str:
@@ -200,30 +185,6 @@ def read_splits(batches: Iterable[pa.RecordBatch], options: Options = Options())
 # ----------------------------------------------------------------- stage 2
 
 
-def to_struct_array(rows: list[dict], typ: pa.StructType) -> pa.Array:
-    """Rows (dicts, extra keys ignored) as a struct array; values the type cannot hold become null."""
-    try:
-        return _struct_array(rows, typ)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        return pa.array([_coerce(r, typ) for r in rows], type=typ)
-
-
-def _struct_array(rows: list[dict], typ: pa.StructType) -> pa.Array:
-    """``pa.array(rows, typ)``, converting only the fields some row has (the others become null children).
-
-    The frames struct has the columns of every dialect and a codec's rows hold its own
-    third of them: looking up the absent ones row by row costs more than the rest.
-    """
-    present = set().union(*rows)
-    fields = [f for f in typ if f.name in present]
-    if len(fields) == typ.num_fields or not rows:
-        return pa.array(rows, type=typ)
-    some = pa.array(rows, type=pa.struct(fields))
-    n = len(rows)
-    children = [some.field(f.name) if f.name in present else pa.nulls(n, f.type) for f in typ]
-    return pa.StructArray.from_arrays(children, fields=list(typ))
-
-
 def frame_array(parts: list, typ: pa.StructType) -> pa.Array:
     """Frame parts (lists of row dicts, the 0-9-1 compiled path's ``FrameBatch``, struct arrays) as one struct array;
     neighbouring lists of dicts are converted together (one conversion per run of them, not per connection)."""
@@ -239,33 +200,6 @@ def frame_array(parts: list, typ: pa.StructType) -> pa.Array:
     if rows:
         arrays.append(to_struct_array(rows, typ))
     return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
-
-
-def _fits(v: int, typ: pa.DataType) -> bool:
-    """Whether the column's integer width holds ``v``: a field can carry a wider value than its column (a 1.0
-    channel-max sent as a uint, say); it becomes null, not a failed task."""
-    bits = typ.bit_width
-    lo, hi = (-(1 << bits - 1), 1 << bits - 1) if pa.types.is_signed_integer(typ) else (0, 1 << bits)
-    return lo <= v < hi
-
-
-def _coerce(row: dict, typ: pa.StructType) -> dict:
-    out: dict[str, typing.Any] = {}
-    for field in typ:
-        v = row.get(field.name)
-        if v is None:
-            out[field.name] = None
-        elif pa.types.is_boolean(field.type):
-            out[field.name] = bool(v) if isinstance(v, (bool, int)) else None
-        elif pa.types.is_integer(field.type):
-            out[field.name] = v if isinstance(v, int) and _fits(v, field.type) else None
-        elif pa.types.is_string(field.type):
-            out[field.name] = v if isinstance(v, str) else str(v)
-        elif pa.types.is_binary(field.type):
-            out[field.name] = bytes(v) if isinstance(v, (bytes, bytearray, memoryview)) else None
-        else:
-            out[field.name] = v
-    return out
 
 
 def _gap_row(capture_id: str, gap: GapRecord) -> dict:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 
 from amqplens.lifecycle.runner import LifecycleOptions, LifecycleRunner
-from amqplens.decode.pipeline import to_struct_array, use_system_memory_pool
+from amqplens.decode.common.arrow import to_struct_array, use_system_memory_pool
 
 KINDS = ("delivery", "flow_event", "request_response")
 # frame columns the machines read; the others are not converted to Python

@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 
 from amqplens.lifecycle.batches import FRAME_COLUMNS, LifecycleBatcher
 from amqplens.lifecycle.runner import LifecycleOptions
-from amqplens.decode.pipeline import use_system_memory_pool
+from amqplens.decode.common.arrow import use_system_memory_pool
 
 log = logging.getLogger(__name__)
 

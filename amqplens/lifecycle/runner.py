@@ -32,12 +32,12 @@ import dataclasses
 from heapq import heappop, heappush
 from collections.abc import Iterable
 
+from amqplens.decode.detect import FAMILY_0_9_1
 from amqplens.lifecycle.amqp010 import Connection010
 from amqplens.lifecycle.amqp091 import Connection091
 from amqplens.lifecycle.amqp10 import Connection10
 from amqplens.lifecycle.records import Output, frame_id_of
 
-FAMILY_0_9_1 = frozenset({"0-8", "0-9", "0-9-1"})
 _REFERS_BACK = frozenset({"ack", "nack", "reject", "get-empty", "redirect",
                           # 0-10: settlements, completions, results and the answering controls
                           "accept", "release", "completed", "known-completed", "result", "exception", "attached", "detached"})

@@ -18,7 +18,7 @@ import pyarrow as pa
 from amqplens.logs import FORMATS
 from amqplens.logs.lines import Line, read_entries
 from amqplens.logs.records import error_row
-from amqplens.decode.pipeline import to_struct_array
+from amqplens.decode.common.arrow import to_struct_array
 
 SPLITS_SCHEMA = pa.schema([
     ("log_id", pa.string()), ("path", pa.string()), ("log_format", pa.string()),

@@ -33,7 +33,7 @@ from amqplens.decode.detect import describe
 from amqplens.logs.lines import Line
 from amqplens.logs.proton_values import TraceValueError, parse_value, unquote
 from amqplens.logs.records import decode_line, error_row
-from amqplens.decode.pipeline import STAGE_FRAME
+from amqplens.decode.common.rows import STAGE_FRAME
 from amqplens.decode.streaming import decode_error_parts
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
 from amqplens.decode.v1_0.composites import NAMES, PERFORMATIVES, SASL_FRAMES, code_of, fields, to_json

@@ -7,7 +7,7 @@ import json
 import random
 
 from amqplens.decode.redaction import DEFAULT_REDACT_HEADERS, HeaderRedactor
-from amqplens.decode.v0_9_1 import rows
+from amqplens.decode.common import rows
 
 
 def _values(rng: random.Random, depth: int = 0):

@@ -60,6 +60,13 @@ def _imports(mods: dict[str, pathlib.Path]) -> dict[str, dict[str, int]]:
                 r = resolve(t)
                 if r != mod:
                     edges.setdefault(r, node.lineno)
+                # importing a.b.c runs a/__init__ and a/b/__init__ first: those count too, unless they are the
+                # importing module's own packages (already running)
+                parts = r.split(".")
+                for i in range(1, len(parts)):
+                    parent = ".".join(parts[:i])
+                    if parent in mods and parent != mod and not mod.startswith(parent + "."):
+                        edges.setdefault(parent, node.lineno)
     return graph
 
 
@@ -118,6 +125,23 @@ def test_the_cycle_check_finds_a_cycle():
     graph = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3}, "d": {"a": 4}}
     assert _cycles(graph) == [["a", "b", "c"]]
     assert _cycles({"a": {"b": 1}, "b": {}}) == []
+
+
+def test_the_cycle_check_counts_the_package_inits_an_import_runs(tmp_path):
+    """``import p.q.leaf`` runs ``p/q/__init__`` first: a module that p/q/__init__ reaches back to is in a cycle
+    with it even though no module names the other directly (a common module importing one dialect's field-table
+    reader, whose package init imports the dialect's decoder, which imports the common module, was one)."""
+    for path, text in {"pkg/__init__.py": "", "pkg/common.py": "from pkg.dialect.leaf import X\n",
+                       "pkg/dialect/__init__.py": "from pkg.dialect.stream import S\n",
+                       "pkg/dialect/stream.py": "from pkg.common import C\n", "pkg/dialect/leaf.py": "X = 1\n"}.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    mods = {}
+    for p in (tmp_path / "pkg").rglob("*.py"):
+        parts = list(p.relative_to(tmp_path).with_suffix("").parts)
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    found = _cycles(_imports(mods))
+    assert found == [["pkg.common", "pkg.dialect", "pkg.dialect.stream"]]
 
 
 def _under(name: str, prefixes) -> bool:

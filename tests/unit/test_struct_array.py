@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from amqplens.decode.pipeline import to_struct_array
+from amqplens.decode.common.arrow import to_struct_array
 
 TYPE = pa.struct([("a", pa.int64()), ("b", pa.string()), ("c", pa.bool_()), ("d", pa.binary()), ("e", pa.int32())])
 

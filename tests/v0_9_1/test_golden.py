@@ -16,7 +16,7 @@ import pytest
 
 from amqplens.decode.v0_9_1 import decode_streams
 from amqplens.decode.v0_9_1.frames import SPECS
-from amqplens.decode.v0_9_1.rows import to_json
+from amqplens.decode.common.rows import to_json
 
 from .encoder import Encoder
 

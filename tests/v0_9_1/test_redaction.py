@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from amqplens.decode.v0_9_1.facts import redact, sasl_user
+from amqplens.decode.common.facts import redact
+from amqplens.decode.v0_9_1.facts import sasl_user
 
 from .conversation import PASSWORD, USER, amqplain_response, conversation
 from .encoder import Encoder

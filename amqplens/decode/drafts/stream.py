@@ -22,7 +22,7 @@ from amqplens.decode.drafts.framing import OPAQUE, SYNCED, DraftFramer
 from amqplens.decode.drafts.layouts import AMQP_FAST, D0_9_DRAFT, FAST_FRAME_TYPES, FRAME_TYPES, LAYOUTS
 from amqplens.decode.streaming import StreamDecoderBase, decode_both
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
-from amqplens.decode.v0_9_1.rows import to_json
+from amqplens.decode.common.rows import to_json
 from amqplens.decode.v1_0.rows import FRAME_KEYS_1_0
 
 MAX_ERROR_BYTES = 4096

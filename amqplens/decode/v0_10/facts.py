@@ -11,8 +11,10 @@ place by ``<redacted len=N>`` (``v0_9_1.facts.redact``); PLAIN's user is kept.
 
 from __future__ import annotations
 
-from amqplens.decode.v0_9_1.facts import FACT_KEYS, ConnectionFacts as _Base, _text, sasl_user
-from amqplens.decode.v0_9_1.rows import to_json
+from amqplens.decode.common.facts import FACT_KEYS
+from amqplens.decode.common.facts import text as _text
+from amqplens.decode.v0_9_1.facts import ConnectionFacts as _Base, sasl_user
+from amqplens.decode.common.rows import to_json
 
 _SIDE = {"to_server": "client", "to_client": "server"}
 

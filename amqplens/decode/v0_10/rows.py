@@ -15,7 +15,7 @@ control's or command's (header and body frames carry their command's class and
 
 from __future__ import annotations
 
-from amqplens.decode.v0_9_1.rows import ERROR_KEYS, to_json
+from amqplens.decode.common.rows import ERROR_KEYS, to_json
 from amqplens.decode.v0_10 import spec
 from amqplens.decode.v1_0.rows import FRAME_KEYS_1_0
 

@@ -14,78 +14,20 @@ a password's SHA-256 falls to a dictionary.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from typing import Any
 
+from amqplens.decode.common.facts import FACT_KEYS, redact  # noqa: F401  (this package's names)
 from amqplens.decode.errors import DecodeError
 from amqplens.decode.v0_9_1.fieldtable import FieldTableReader
+from amqplens.decode.common.facts import text as _text
 from amqplens.decode.v0_9_1.rows import to_json
-
-FACT_KEYS = (
-    "connection_id",
-    "dialect",
-    "dialect_source",  # protocol_header | connection_start | framing
-    "client_protocol_header",
-    "server_protocol_header",  # a server's rejection: the version it speaks, then it closes
-    "protocol_rejected",
-    "version_major",
-    "version_minor",
-    "channel_max",
-    "frame_max",
-    "heartbeat",
-    "server_channel_max",
-    "server_frame_max",
-    "server_heartbeat",
-    "server_properties_json",
-    "server_product",
-    "server_version",
-    "server_platform",
-    "server_capabilities_json",
-    "server_mechanisms",
-    "server_locales",
-    "client_properties_json",
-    "client_product",
-    "client_version",
-    "client_platform",
-    "client_capabilities_json",
-    "sasl_mechanism",
-    "user",
-    "locale",
-    "vhost",
-    "close_code",
-    "close_text",
-    "close_class_id",
-    "close_method_id",
-    "closed_by",  # client | server: who sent connection.close first
-    "close_ok_seen",
-    "blocked_count",
-    "last_blocked_reason",
-    "transport_end_reason",
-    "transport_closed_by",
-)
 
 _SIDE = {"to_server": "client", "to_client": "server"}
 
 
-def redact(secret, key: bytes | None = None) -> str:
-    raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret or b"")
-    if key:
-        mac = hmac.new(key, raw, hashlib.sha256).hexdigest()[:16]
-        return f"<redacted hmac-sha256:{mac} len={len(raw)}>"
-    return f"<redacted len={len(raw)}>"
-
-
-def _text(value) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "backslashreplace")
-    return str(value)
-
-
 def sasl_user(mechanism, response) -> str | None:
-    """The user name in a SASL response, never the password."""
+    """The user name in a SASL response, never the password (every dialect's: AMQPLAIN's response is a 0-9-1 field table,
+    which is why it lives here)."""
     mech = (_text(mechanism) or "").upper()
     raw = response.encode("utf-8") if isinstance(response, str) else bytes(response or b"")
     if mech == "PLAIN":

@@ -10,7 +10,8 @@ sasl-response never reach a row (``<redacted len=N>``, as the 0-9-1 codec's
 
 from __future__ import annotations
 
-from amqplens.decode.v0_9_1.facts import redact, sasl_user
+from amqplens.decode.common.facts import redact
+from amqplens.decode.v0_9_1.facts import sasl_user  # AMQPLAIN's response is a 0-9-1 field table
 from amqplens.decode.v1_0.composites import SASL_CODE, to_json
 from amqplens.decode.v1_0.rows import error_fields
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from amqplens.decode.v0_9_1.rows import ERROR_KEYS, FRAME_KEYS
+from amqplens.decode.common.rows import ERROR_KEYS, FRAME_KEYS
 from amqplens.decode.v1_0.composites import RCV_SETTLE_MODE, ROLE, SND_SETTLE_MODE, code_of, fields, state_name
 from amqplens.decode.v1_0.types import Described
 

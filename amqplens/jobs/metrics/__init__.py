@@ -16,7 +16,7 @@ import uuid
 import pyarrow as pa
 
 from amqplens.decode import __version__
-from amqplens.decode.pipeline import STAGE_FRAME
+from amqplens.decode.common.rows import STAGE_FRAME
 from amqplens.config import Config
 from amqplens.lake.store import conform
 from amqplens.jobs.labels import label_maps, with_labels

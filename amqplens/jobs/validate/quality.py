@@ -117,7 +117,7 @@ def with_accounting(connections, frames, decode_errors):
     """
     from pyspark.sql import functions as F
 
-    from amqplens.decode.pipeline import STAGE_FRAME
+    from amqplens.decode.common.rows import STAGE_FRAME
 
     def per_direction(df, measure, prefix):
         return df.where(F.col("connection_id").isNotNull()).groupBy("connection_id").agg(

@@ -133,7 +133,7 @@ def with_connection_rows(captures: pd.DataFrame, connections: pd.DataFrame) -> p
 
 def with_accounting(connections: pd.DataFrame, frames: pd.DataFrame, decode_errors: pd.DataFrame) -> pd.DataFrame:
     """Frame and codec/gap error bytes per decoded connection and direction (see amqplens.jobs.validate.quality.with_accounting)."""
-    from amqplens.decode.pipeline import STAGE_FRAME
+    from amqplens.decode.common.rows import STAGE_FRAME
 
     def per_direction(df, measure):
         df = df[df["connection_id"].notna()]
