@@ -12,10 +12,14 @@ Usage: python tools/gen_amqp091.py [--specs DIR] [--out DIR]
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import sys
 import xml.etree.ElementTree as ET
+
+if __package__ in (None, ""):  # run as a script (python tools/gen_....py): the repository, for tools.gen_common
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from tools import gen_common  # noqa: E402
+from tools.gen_common import record_lines  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_SPECS = ROOT / "specs"  # a copy of ../shared/specs (the AMQP working group XML, see specs/COPYRIGHT)
@@ -189,17 +193,8 @@ def render(dialect: str, source: str, spec: Spec, plain: Spec | None) -> str:
     ]
     for key in sorted(spec.methods):
         cname, mname, sync, content, fields, responses = spec.methods[key]
-        lines.append(f"    0x{key:08X}: MethodSpec(  # {cname}.{mname}")
-        lines.append(f"        {cname!r}, {mname!r}, {sync!r}, {content!r},")
-        if fields:
-            lines.append("        (")
-            for f in fields:
-                lines.append(f"            {f!r},")
-            lines.append("        ),")
-        else:
-            lines.append("        (),")
-        lines.append("        (" + "".join(f"0x{r:08X}, " for r in responses).rstrip() + "),")
-        lines.append("    ),")
+        lines += record_lines(f"0x{key:08X}", "MethodSpec", f"{cname}.{mname}", [cname, mname, sync, content], fields,
+                              ["(" + "".join(f"0x{r:08X}, " for r in responses).rstrip() + ")"])
     lines.append("}")
     lines.append("")
     lines.append("# class id -> ((property, wire type), ...) in property-flag order (bit 15 of the first word first)")
@@ -232,13 +227,7 @@ def generate(specs_dir: pathlib.Path, out_dir: pathlib.Path) -> list[pathlib.Pat
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--specs", type=pathlib.Path, default=DEFAULT_SPECS)
-    ap.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
-    args = ap.parse_args(argv)
-    for path in generate(args.specs, args.out):
-        print(path)
-    return 0
+    return gen_common.main(__doc__, generate, DEFAULT_SPECS, DEFAULT_OUT, argv)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,14 @@ Usage: python tools/gen_amqp10.py [--specs DIR] [--out DIR]
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import sys
 import xml.etree.ElementTree as ET
+
+if __package__ in (None, ""):  # run as a script (python tools/gen_....py): the repository, for tools.gen_common
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from tools import gen_common  # noqa: E402
+from tools.gen_common import record_lines  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_SPECS = ROOT / "specs" / "1-0"  # a copy of ../shared/specs/1-0
@@ -146,15 +150,7 @@ def render(spec: Spec) -> str:
     ]
     for code in sorted(spec.described):
         name, symbol, cls, source, provides, fields = spec.described[code]
-        lines.append(f"    0x{code:02X}: Described(  # {name}")
-        lines.append(f"        {name!r}, {symbol!r}, {cls!r}, {source!r}, {provides!r},")
-        if fields:
-            lines.append("        (")
-            lines += [f"            {f!r}," for f in fields]
-            lines.append("        ),")
-        else:
-            lines.append("        (),")
-        lines.append("    ),")
+        lines += record_lines(f"0x{code:02X}", "Described", name, [name, symbol, cls, source, provides], fields)
     lines.append("}")
     lines.append("")
     lines.append("# symbolic descriptor -> numeric descriptor")
@@ -184,13 +180,7 @@ def generate(specs_dir: pathlib.Path, out_dir: pathlib.Path) -> list[pathlib.Pat
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--specs", type=pathlib.Path, default=DEFAULT_SPECS)
-    ap.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
-    args = ap.parse_args(argv)
-    for path in generate(args.specs, args.out):
-        print(path)
-    return 0
+    return gen_common.main(__doc__, generate, DEFAULT_SPECS, DEFAULT_OUT, argv)
 
 
 if __name__ == "__main__":

@@ -90,7 +90,8 @@ def read_shortstr(buf: memoryview, offset: int) -> tuple[str | bytes, int]:
     return text(buf[offset + 1 : end]), end
 
 
-def read_longstr_bytes(buf: memoryview, offset: int) -> tuple[bytes, int]:
+def _longstr_end(buf: memoryview, offset: int) -> int:
+    """Where the long string at ``offset`` (a 32-bit length, then its octets) ends; DecodeError if the buffer does."""
     try:
         n = U32.unpack_from(buf, offset)[0]
     except struct.error:
@@ -98,17 +99,16 @@ def read_longstr_bytes(buf: memoryview, offset: int) -> tuple[bytes, int]:
     end = offset + 4 + n
     if end > len(buf):
         raise truncated(buf, offset, 4 + n)
+    return end
+
+
+def read_longstr_bytes(buf: memoryview, offset: int) -> tuple[bytes, int]:
+    end = _longstr_end(buf, offset)
     return bytes(buf[offset + 4 : end]), end
 
 
 def read_longstr(buf: memoryview, offset: int) -> tuple[str | bytes, int]:
-    try:
-        n = U32.unpack_from(buf, offset)[0]
-    except struct.error:
-        raise truncated(buf, offset, 4) from None
-    end = offset + 4 + n
-    if end > len(buf):
-        raise truncated(buf, offset, 4 + n)
+    end = _longstr_end(buf, offset)
     return text(buf[offset + 4 : end]), end
 
 
