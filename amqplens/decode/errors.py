@@ -38,3 +38,19 @@ class CaptureFormatError(Malformed):
     """A file is not a capture we can read (bad magic, bad block, unknown link type)."""
 
     reason = "capture_format"
+
+
+class FrameError(str):
+    """A frame's ``decode_error``: its text, ``"reason: detail"``, is the frames table's column, and it keeps the two
+    parts, so the decode_errors row (stage frame) takes them as they are instead of parsing the text back.
+
+    A ``str``, so every row, batch and comparison takes it as the text it is.
+    """
+
+    reason: str
+    detail: str
+
+    def __new__(cls, reason: str, detail: str) -> "FrameError":
+        self = super().__new__(cls, f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+        return self

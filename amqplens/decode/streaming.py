@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol, cast
 
+from amqplens.decode.errors import FrameError
 from amqplens.decode.detect import AMQP, HEADER_SIZE, could_be_header
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionRecord, StreamConsumer
 
@@ -40,7 +41,10 @@ _REASON = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a decode_error's machine-readab
 
 
 def decode_error_parts(text: str) -> tuple[str, str]:
-    """A frame's ``decode_error`` as the (reason, detail) of its decode_errors row (stage frame)."""
+    """A frame's ``decode_error`` as the (reason, detail) of its decode_errors row (stage frame): a ``FrameError``
+    gives its parts; other text (the compiled path's, a log's) is read as ``reason: detail``."""
+    if isinstance(text, FrameError):
+        return text.reason, text.detail
     reason, sep, detail = text.partition(": ")
     if not sep or not _REASON.fullmatch(reason):
         return "frame_decode_error", text

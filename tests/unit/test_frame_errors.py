@@ -112,3 +112,35 @@ def test_tls_on_an_amqp_port_is_one_tls_row_per_direction_and_no_frames():
     got = sorted((e["direction"], e["reason"], e["stream_offset"], e["length"]) for e in consumer.drain_errors())
     assert got == [("to_client", "tls", 0, len(H.TLS[1][1])), ("to_server", "tls", 0, len(H.TLS[0][1]))]
     assert consumer.connection_facts()["dialect"] is None
+
+
+def test_a_frame_error_carries_its_parts_and_is_its_text_everywhere():
+    """``FrameError`` (amqplens/decode/errors.py): the row's column is the text, the error row takes the parts as
+    they are; a text that is no FrameError (the compiled path's, a broker log's) is still read as reason: detail."""
+    import pyarrow as pa
+
+    from amqplens.decode.errors import FrameError
+    from amqplens.decode.streaming import decode_error_parts
+
+    fe = FrameError("unknown_method", "class 60 method 99: not in the 0-9-1 tables")
+    assert fe == "unknown_method: class 60 method 99: not in the 0-9-1 tables" and isinstance(fe, str)
+    assert decode_error_parts(fe) == ("unknown_method", "class 60 method 99: not in the 0-9-1 tables")
+    assert decode_error_parts(str(fe)) == decode_error_parts(fe)  # the text reads back the same
+    assert pa.array([fe, None], pa.string()).to_pylist() == [str(fe), None]
+    assert decode_error_parts("no reason here") == ("frame_decode_error", "no reason here")
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_the_codecs_errors_are_frame_errors_whose_parts_match_their_text(chunked):
+    """Every frame the codecs flag on the hostile inputs carries a FrameError whose parts are what its text says."""
+    from amqplens.decode.errors import FrameError
+    from amqplens.decode.streaming import decode_error_parts
+
+    bad = H.nested_table_declare(10_000)  # a field table nested 10,000 deep: one frame that frames, not decodes
+    frames, _, frame_errors = _decode(Amqp091StreamDecoder("c"), b"AMQP\x00\x00\x09\x01" + bad + PUBLISH, chunked)
+    flagged = [f["decode_error"] for f in frames if f["decode_error"]]
+    assert flagged and all(isinstance(e, FrameError) for e in flagged)
+    for e in flagged:
+        reason, _, detail = str(e).partition(": ")
+        assert decode_error_parts(e) == (reason, detail)
+    assert [(r["reason"], r["detail"]) for r in frame_errors] == [decode_error_parts(e) for e in flagged]

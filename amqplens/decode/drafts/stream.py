@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import struct
 
+from amqplens.decode.errors import FrameError
 from amqplens.decode.detect import describe, detect_protocol_header
 from amqplens.decode.drafts.framing import OPAQUE, SYNCED, DraftFramer
 from amqplens.decode.drafts.layouts import AMQP_FAST, D0_9_DRAFT, FAST_FRAME_TYPES, FRAME_TYPES, LAYOUTS
@@ -92,10 +93,10 @@ class DraftStreamDecoder(StreamDecoderBase):
         try:
             row["decode_error"] = _HANDLERS.get(kind, DraftStreamDecoder._opaque)(self, row, framer.direction, frame, payload)
         except Exception as exc:
-            row["decode_error"] = f"internal_error: {type(exc).__name__}: {exc}"
+            row["decode_error"] = FrameError("internal_error", f"{type(exc).__name__}: {exc}")
             self._internal_errors += 1
         if row["decode_error"] is None and kind in _CHANNEL_ZERO and frame.channel != 0:
-            row["decode_error"] = f"channel_error: a {kind} frame on channel {frame.channel} (must be 0)"
+            row["decode_error"] = FrameError("channel_error", f"a {kind} frame on channel {frame.channel} (must be 0)")
         if row["decode_error"] is not None:
             self._frame_error(framer, row)
         self._append(row)
@@ -108,7 +109,7 @@ class DraftStreamDecoder(StreamDecoderBase):
     def _method(self, row: dict, direction: str, frame, payload) -> str | None:
         head = _METHOD[self.dialect]
         if len(payload) < head.size:
-            return f"truncated: a method frame of {len(payload)} octets"
+            return FrameError("truncated", f"a method frame of {len(payload)} octets")
         ids = head.unpack_from(payload, 0)
         row["class_id"], row["method_id"] = ids[0], ids[1]
         args = {**self._extras(frame), "arguments": bytes(payload[head.size :]).hex()}
@@ -116,13 +117,13 @@ class DraftStreamDecoder(StreamDecoderBase):
             args["arguments"] = f"<redacted len={len(payload) - head.size}>"
         row["arguments_json"] = to_json(args)
         if len(ids) == 3 and ids[2]:
-            return f"reserved_not_zero: the method's reserved short is {ids[2]}"
+            return FrameError("reserved_not_zero", f"the method's reserved short is {ids[2]}")
         return None
 
     def _header(self, row: dict, direction: str, frame, payload) -> str | None:
         head = _HEADER[self.dialect]
         if len(payload) < head.size:
-            return f"truncated: a content header of {len(payload)} octets"
+            return FrameError("truncated", f"a content header of {len(payload)} octets")
         class_id, weight, body_size = head.unpack_from(payload, 0)
         row["class_id"], row["body_size"] = class_id, body_size
         stack = self._contents.setdefault((direction, frame.channel), [])
@@ -130,10 +131,10 @@ class DraftStreamDecoder(StreamDecoderBase):
         if stack and stack[-1][0] > 0:
             stack[-1][0] -= 1  # a child content of the open parent
         elif stack:
-            error = "content_weight_mismatch: a content header where the open content expects body frames"
+            error = FrameError("content_weight_mismatch", "a content header where the open content expects body frames")
             stack.clear()
         if len(stack) >= MAX_CONTENT_DEPTH:
-            return f"content_too_deep: structured content nested over {MAX_CONTENT_DEPTH} levels"
+            return FrameError("content_too_deep", f"structured content nested over {MAX_CONTENT_DEPTH} levels")
         if not stack:
             self._messages[direction] += 1
         seq = stack[0][2] if stack else self._messages[direction]
@@ -147,17 +148,17 @@ class DraftStreamDecoder(StreamDecoderBase):
     def _body(self, row: dict, direction: str, frame, payload) -> str | None:
         stack = self._contents.get((direction, frame.channel))
         if not stack:
-            return "orphan_body: a body frame without a content header before it"
+            return FrameError("orphan_body", "a body frame without a content header before it")
         top = stack[-1]
         row["message_seq"] = top[2]
         if top[0] > 0:
             stack.clear()
-            return f"content_weight_mismatch: a body frame while {top[0]} child contents are still due"
+            return FrameError("content_weight_mismatch", f"a body frame while {top[0]} child contents are still due")
         top[1] -= len(payload)
         top[3].update(payload)
         if top[1] < 0:
             stack.clear()
-            return "body_overrun: more body octets than the content header announced"
+            return FrameError("body_overrun", "more body octets than the content header announced")
         self._settle(row, stack)
         return None
 
@@ -173,7 +174,7 @@ class DraftStreamDecoder(StreamDecoderBase):
         if len(payload) or extras:
             row["arguments_json"] = to_json({**extras, "payload_length": len(payload)})
         if row["frame_type"] == "heartbeat" and len(payload):
-            return f"heartbeat_payload: {len(payload)} payload octets, must be 0"
+            return FrameError("heartbeat_payload", f"{len(payload)} payload octets, must be 0")
         return None
 
 

@@ -14,6 +14,7 @@ capture that starts mid-session) ids are unknown: ``None``.
 """
 
 from __future__ import annotations
+from amqplens.decode.errors import FrameError
 
 import hashlib
 
@@ -67,15 +68,15 @@ class ChannelState:
         error = None
         if first_frame:
             if self.segment is not None:
-                error = f"segment_cut: a new segment began before the last frame of the open {SEGMENT_TYPES[self.segment]} segment"
+                error = FrameError("segment_cut", f"a new segment began before the last frame of the open {SEGMENT_TYPES[self.segment]} segment")
             if first_seg:
                 if self.assembly is not None and error is None:
-                    error = "assembly_cut: a new assembly began before the last segment of the open one"
+                    error = FrameError("assembly_cut", "a new assembly began before the last segment of the open one")
                 self.assembly = None
                 if stype in (HEADER, BODY):
-                    error = error or f"bad_assembly: a {SEGMENT_TYPES[stype]} segment cannot begin an assembly"
+                    error = error or FrameError("bad_assembly", f"a {SEGMENT_TYPES[stype]} segment cannot begin an assembly")
             elif self.assembly is None or stype not in (HEADER, BODY):
-                error = error or f"orphan_segment: a {SEGMENT_TYPES[stype]} segment continuing an assembly that was not seen"
+                error = error or FrameError("orphan_segment", f"a {SEGMENT_TYPES[stype]} segment continuing an assembly that was not seen")
             self.segment, self.parts, self.length = stype, [], 0
             self.head = (payload[0], payload[1]) if stype in (CONTROL, COMMAND) and len(payload) >= 2 else None
             if stype == COMMAND:
@@ -85,7 +86,7 @@ class ChannelState:
             elif stype == BODY:
                 self.body = Body(self.keep)
         elif self.segment != stype:
-            return "orphan_frame: a frame continuing a segment that was not seen", False
+            return FrameError("orphan_frame", "a frame continuing a segment that was not seen"), False
         if stype == BODY:
             if self.body is not None:
                 self.body.add(payload)
@@ -93,7 +94,7 @@ class ChannelState:
             self.parts.append(bytes(payload))
             self.length += len(payload)
         else:
-            error = error or f"segment_too_large: over {MAX_SEGMENT} bytes"
+            error = error or FrameError("segment_too_large", f"over {MAX_SEGMENT} bytes")
             self.length = MAX_SEGMENT + 1
         if not last_frame:
             return error, False

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from amqplens.decode.errors import FrameError
 from amqplens.decode.detect import D0_10, describe, detect_protocol_header
 from amqplens.decode.errors import DecodeError
 from amqplens.decode.streaming import StreamDecoderBase, decode_both
@@ -40,7 +41,7 @@ _SECRETS = frozenset({("connection", "start-ok"), ("connection", "secure-ok")})
 def decode_method(stype: int, payload) -> tuple:
     """(meta or None, args or None, sync, error) of a whole control or command segment."""
     if len(payload) < 2:
-        return None, None, None, f"truncated: a {SEGMENT_TYPES[stype]} segment of {len(payload)} octets"
+        return None, None, None, FrameError("truncated", f"a {SEGMENT_TYPES[stype]} segment of {len(payload)} octets")
     meta = _TABLES[stype].get((payload[0], payload[1]))
     if meta is None:
         return None, None, None, f"unknown_{SEGMENT_TYPES[stype]}: class {payload[0]} code {payload[1]}"
@@ -51,8 +52,8 @@ def decode_method(stype: int, payload) -> tuple:
             sync = header["sync"]
         args, off = read_packed(meta.name, payload, off, len(payload), pack=METHOD_PACK, fields=meta.fields)
     except DecodeError as exc:
-        return meta, None, sync, f"{exc.reason}: {exc}"
-    error = f"unexpected_payload: {len(payload) - off} octets after the arguments" if off != len(payload) else None
+        return meta, None, sync, FrameError(exc.reason, str(exc))
+    error = FrameError("unexpected_payload", f"{len(payload) - off} octets after the arguments") if off != len(payload) else None
     return meta, args, sync, error
 
 
@@ -64,7 +65,7 @@ def decode_header(payload) -> tuple[dict, str | None]:
             value, off = READERS["struct32"](payload, off, 0)
             out[value.pop("type", None) or f"struct-{value['class_code']}-{value['struct_code']}"] = value
     except DecodeError as exc:
-        error = f"{exc.reason}: {exc}"
+        error = FrameError(exc.reason, str(exc))
     return out, error
 
 
@@ -133,10 +134,10 @@ class Amqp010StreamDecoder(StreamDecoderBase):
         try:
             self._frame(row, framer.direction, flags, stype, channel, payload)
         except Exception as exc:  # a bug decoding one frame costs that frame's fields, not the stream
-            row["decode_error"] = f"internal_error: {type(exc).__name__}: {exc}"
+            row["decode_error"] = FrameError("internal_error", f"{type(exc).__name__}: {exc}")
             self._internal_errors += 1
         if row["decode_error"] is None and (flags & 0x30 or r1 or r2 or track > 0x0F):
-            row["decode_error"] = "reserved_bits: reserved bits of the frame header are set"
+            row["decode_error"] = FrameError("reserved_bits", "reserved bits of the frame header are set")
         if row["decode_error"] is not None:
             self._frame_error(framer, row)
         self._append(row)
@@ -174,7 +175,7 @@ class Amqp010StreamDecoder(StreamDecoderBase):
             return None
         payload = state.segment_bytes()
         if payload is None:
-            return "segment_too_large: the segment's bytes were not kept"
+            return FrameError("segment_too_large", "the segment's bytes were not kept")
         if stype == HEADER:
             structs, error = decode_header(memoryview(payload))
             row["properties_json"] = to_json(structs)

@@ -11,6 +11,7 @@ channel and direction); the frame that completes it carries ``body_sha256``.
 """
 
 from __future__ import annotations
+from amqplens.decode.errors import FrameError
 
 import hashlib
 
@@ -60,17 +61,17 @@ class ContentTracker:
         error = None
         if msg is None or msg.body_size is not None:
             if msg is not None:
-                error = "unexpected_header: a second content header for one message"
+                error = FrameError("unexpected_header", "a second content header for one message")
             msg = self._start(channel, class_id)  # mid-stream start: the method was not seen
         elif msg.class_id is not None and msg.class_id != class_id:
-            error = f"content_class_mismatch: header class {class_id}, method class {msg.class_id}"
+            error = FrameError("content_class_mismatch", f"header class {class_id}, method class {msg.class_id}")
         msg.body_size = body_size
         return msg.seq, self._maybe_complete(channel, msg), error
 
     def on_body(self, channel: int, payload: memoryview) -> tuple[int | None, tuple | None, str | None]:
         msg = self._open.get(channel)
         if msg is None or msg.body_size is None:
-            return None, None, None if msg is None else "unexpected_body: body frame before the content header"
+            return None, None, None if msg is None else FrameError("unexpected_body", "body frame before the content header")
         n = len(payload)
         msg.hasher.update(payload)
         room = self.body_prefix_bytes - len(msg.prefix)
@@ -80,7 +81,7 @@ class ContentTracker:
         if msg.received > msg.body_size:
             del self._open[channel]
             self.abandoned += 1
-            return msg.seq, None, f"body_overflow: {msg.received} body bytes, header said {msg.body_size}"
+            return msg.seq, None, FrameError("body_overflow", f"{msg.received} body bytes, header said {msg.body_size}")
         return msg.seq, self._maybe_complete(channel, msg), None
 
     def _maybe_complete(self, channel: int, msg: _Message) -> tuple | None:

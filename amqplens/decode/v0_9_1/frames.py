@@ -23,6 +23,7 @@ import functools
 import struct
 from collections.abc import Callable
 
+from amqplens.decode.errors import FrameError
 from amqplens.decode.errors import DecodeError
 from amqplens.decode.v0_9_1 import primitives as p
 from amqplens.decode.v0_9_1 import spec_0_8, spec_0_9, spec_0_9_1
@@ -73,9 +74,9 @@ def decode_plan(plan: tuple, buf: memoryview, offset: int = 0) -> tuple[dict, st
             else:
                 args[name], offset = reader(buf, offset)
     except DecodeError as exc:
-        return args, f"malformed_arguments: {exc}"
+        return args, FrameError("malformed_arguments", f"{exc}")
     if offset != len(buf):
-        return args, f"trailing_bytes: {len(buf) - offset} bytes after the arguments"
+        return args, FrameError("trailing_bytes", f"{len(buf) - offset} bytes after the arguments")
     return args, None
 
 
@@ -188,12 +189,12 @@ class DialectTables:
     def decode_method(self, payload: memoryview) -> tuple[int | None, dict | None, str | None]:
         """``(key, arguments, error)``; key is ``class_id << 16 | method_id``."""
         if len(payload) < 4:
-            return None, None, f"malformed_method: payload of {len(payload)} bytes has no class and method id"
+            return None, None, FrameError("malformed_method", f"payload of {len(payload)} bytes has no class and method id")
         class_id, method_id = p.METHOD_IDS.unpack_from(payload, 0)
         key = class_id << 16 | method_id
         plan = self.fast_plans.get(key)
         if plan is None:
-            return key, None, f"unknown_method: class {class_id} method {method_id} is not in the {self.dialect} tables"
+            return key, None, FrameError("unknown_method", f"class {class_id} method {method_id} is not in the {self.dialect} tables")
         args, error = plan(payload, 4)
         return key, args, error
 
@@ -203,7 +204,7 @@ class DialectTables:
         try:
             class_id, weight, body_size = p.CONTENT_HEADER.unpack_from(payload, 0)
         except struct.error:
-            return None, None, f"malformed_header: payload of {len(payload)} bytes is shorter than 14"
+            return None, None, FrameError("malformed_header", f"payload of {len(payload)} bytes is shorter than 14")
         head = (class_id, weight, body_size)
         words = []
         offset = 12
@@ -214,10 +215,10 @@ class DialectTables:
                 if not word & 1:
                     break
         except DecodeError as exc:
-            return head, None, f"malformed_header: property flags: {exc}"
+            return head, None, FrameError("malformed_header", f"property flags: {exc}")
         plan = self.property_plans.get(class_id)
         if plan is None:
-            return head, None, f"unknown_class: content class {class_id} has no properties in the {self.dialect} tables"
+            return head, None, FrameError("unknown_class", f"content class {class_id} has no properties in the {self.dialect} tables")
         key = (class_id, tuple(words))
         steps = self._flag_steps.get(key)
         if steps is None:  # few flag combinations occur: compile each once (a bounded cache)
@@ -245,11 +246,11 @@ class DialectTables:
                 else:
                     props[name], offset = reader(payload, offset)
         except DecodeError as exc:
-            return props, f"malformed_properties: {exc}"
+            return props, FrameError("malformed_properties", f"{exc}")
         if extra:
-            return props, f"unknown_properties: flags {list(extra)} set beyond the {len(steps[0])} known properties"
+            return props, FrameError("unknown_properties", f"flags {list(extra)} set beyond the {len(steps[0])} known properties")
         if offset != len(payload):
-            return props, f"trailing_bytes: {len(payload) - offset} bytes after the properties"
+            return props, FrameError("trailing_bytes", f"{len(payload) - offset} bytes after the properties")
         return props, None
 
 
@@ -271,11 +272,11 @@ def channel_rule(frame_type: str, channel: int, class_id: int | None = None) -> 
 
 
 def _zero(what):
-    return lambda ch, cls: None if ch == 0 else f"channel_rule: {what} on channel {ch}, must be 0"
+    return lambda ch, cls: None if ch == 0 else FrameError("channel_rule", f"{what} on channel {ch}, must be 0")
 
 
 def _nonzero(what):
-    return lambda ch, cls: None if ch != 0 else f"channel_rule: {what} on channel 0"
+    return lambda ch, cls: None if ch != 0 else FrameError("channel_rule", f"{what} on channel 0")
 
 
 _CONNECTION_METHOD = _zero("connection method")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import cast
 
+from amqplens.decode.errors import FrameError
 from amqplens.decode.detect import D0_8, D0_9_1, FAMILY_0_9_1, describe, detect_protocol_header
 from amqplens.decode.streaming import StreamDecoderBase, decode_both
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
@@ -239,7 +240,7 @@ class Amqp091StreamDecoder(StreamDecoderBase):
     def _heartbeat(self, row: dict, direction: str, channel: int, payload: memoryview) -> None:
         error = channel_rule("heartbeat", channel)
         if len(payload):
-            error = error or f"heartbeat_payload: {len(payload)} payload bytes, must be 0"
+            error = error or FrameError("heartbeat_payload", f"{len(payload)} payload bytes, must be 0")
         row["decode_error"] = error
 
     def _oob_method(self, row, direction, channel, payload) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 
+from amqplens.decode.errors import FrameError
 from amqplens.decode.errors import DecodeError, Truncated
 from amqplens.decode.v1_0.composites import COMPOSITE, NAMES, code_of, fields
 from amqplens.decode.v1_0.types import decode, extent
@@ -75,7 +76,7 @@ class MessageTracker:
             self._next_seq[link] = seq + 1
             msg = self._open[link] = _Message(seq, delivery_id)
         elif delivery_id is not None and msg.delivery_id is not None and delivery_id != msg.delivery_id:
-            error = f"delivery_id_mismatch: continuation transfer says {delivery_id}, the delivery's first said {msg.delivery_id}"
+            error = FrameError("delivery_id_mismatch", f"continuation transfer says {delivery_id}, the delivery's first said {msg.delivery_id}")
         if aborted is True:  # §2.7.5: aborted wins over more; the payload and what came before are discarded
             del self._open[link]
             self.abandoned += 1
@@ -164,7 +165,7 @@ class MessageTracker:
                 except Truncated:
                     return pos  # it continues in the next transfer
                 except DecodeError as exc:
-                    self._junk(msg, f"bad_section: {exc}")
+                    self._junk(msg, FrameError("bad_section", f"{exc}"))
                     return n
                 self._store(msg, value)
                 pos = end
@@ -174,7 +175,7 @@ class MessageTracker:
             except Truncated:
                 return pos
             except DecodeError as exc:
-                self._junk(msg, f"bad_section: {exc}")
+                self._junk(msg, FrameError("bad_section", f"{exc}"))
                 return n
             if end > n:
                 return pos
@@ -210,10 +211,10 @@ class MessageTracker:
                 raise Truncated("size of a data section", needed=hdr_end - len(head))
         except Truncated:
             if len(head) > MAX_SECTION_BYTES:
-                self._junk(msg, "section_too_large: a section header longer than the limit")
+                self._junk(msg, FrameError("section_too_large", "a section header longer than the limit"))
             return False
         except DecodeError as exc:
-            self._junk(msg, f"bad_section: {exc}")
+            self._junk(msg, FrameError("bad_section", f"{exc}"))
             return False
         mode = self._opened(msg, code, mode, hdr_end, end, 0)
         msg.head = bytearray()

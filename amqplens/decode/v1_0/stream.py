@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import cast
 
+from amqplens.decode.errors import FrameError
 from amqplens.decode.detect import D1_0, D1_0_SASL, D1_0_TLS, describe, detect_protocol_header
 from amqplens.decode.errors import DecodeError
 from amqplens.decode.streaming import StreamDecoderBase, decode_both
@@ -125,7 +126,7 @@ class Amqp10StreamDecoder(StreamDecoderBase):
         try:
             self._frame_body(row, direction, ftype, channel, frame[doff * 4 :])
         except Exception as exc:  # a bug decoding one frame costs that frame's fields, not the stream
-            row["decode_error"] = f"internal_error: {type(exc).__name__}: {exc}"
+            row["decode_error"] = FrameError("internal_error", f"{type(exc).__name__}: {exc}")
             self._internal_errors += 1
         if row["decode_error"] is not None:
             self._frame_error(framer, row)
@@ -137,21 +138,21 @@ class Amqp10StreamDecoder(StreamDecoderBase):
             if ftype == AMQP_FRAME:
                 row["frame_type"] = "empty"
             else:
-                row["decode_error"] = "empty_sasl_frame: a SASL frame must carry a SASL performative"
+                row["decode_error"] = FrameError("empty_sasl_frame", "a SASL frame must carry a SASL performative")
             return
         try:
             value, end = decode(body, 0)
         except DecodeError as exc:
-            row["decode_error"] = f"{exc.reason}: {exc}"
+            row["decode_error"] = FrameError(exc.reason, str(exc))
             return
         if not isinstance(value, Described):
-            row["decode_error"] = f"not_a_performative: the frame body starts with a {type(value).__name__}, not a described type"
+            row["decode_error"] = FrameError("not_a_performative", f"the frame body starts with a {type(value).__name__}, not a described type")
             return
         code = code_of(value.descriptor)
         row["descriptor"] = code if code is not None else (value.descriptor if type(value.descriptor) is int and value.descriptor < 1 << 63 else None)
         args = fields(code, value.value) if code in PERFORMATIVES or code in SASL_FRAMES else None
         if args is None:
-            row["decode_error"] = f"unknown_performative: descriptor {value.descriptor!r}"
+            row["decode_error"] = FrameError("unknown_performative", f"descriptor {value.descriptor!r}")
             row["arguments_json"] = to_json(value)
             return
         # args is set only for a performative's code
@@ -162,22 +163,22 @@ class Amqp10StreamDecoder(StreamDecoderBase):
         if code == 0x14:  # transfer
             error = self._transfer(row, direction, channel, args, body[end:]) or error
         elif end != len(body):
-            error = error or f"unexpected_payload: {len(body) - end} bytes after the {name} performative"
+            error = error or FrameError("unexpected_payload", f"{len(body) - end} bytes after the {name} performative")
         row["arguments_json"] = to_json(args)
         row["decode_error"] = error
 
     def _layer_error(self, direction: str, ftype: int, code: int) -> str | None:
         sasl = code in SASL_FRAMES
         if sasl != (ftype != AMQP_FRAME):
-            return f"frame_type_mismatch: a {'SASL' if sasl else 'AMQP'} performative in a frame of type {ftype}"
+            return FrameError("frame_type_mismatch", f"a {'SASL' if sasl else 'AMQP'} performative in a frame of type {ftype}")
         layer = self._layer[direction]
         if layer is not None and layer != ("sasl" if sasl else "amqp"):
-            return f"layer_mismatch: a {'SASL' if sasl else 'AMQP'} frame after the {layer.upper()} protocol header"
+            return FrameError("layer_mismatch", f"a {'SASL' if sasl else 'AMQP'} frame after the {layer.upper()} protocol header")
         return None
 
     def _transfer(self, row: dict, direction: str, channel: int, args: dict, payload: memoryview) -> str | None:
         if row["handle"] is None:
-            return "bad_transfer: no handle, so no link to reassemble the message on"
+            return FrameError("bad_transfer", "no handle, so no link to reassemble the message on")
         seq, delivery_id, completion, error = self._messages[direction].on_transfer(
             (channel, row["handle"]), row["delivery_id"], row["delivery_tag_bin"], args.get("more"), args.get("aborted"), payload
         )
