@@ -3,7 +3,7 @@
     python -m tools.gen_config_docs          # write both
     python -m tools.gen_config_docs --check  # exit 1 if either is stale (tests/unit/test_config.py does the same)
 
-The model (``amqplens.config.Settings``) holds every key's rule, default and meaning; these two files only
+The model (``amqplens.settings.Settings``) holds every key's rule, default and meaning; these two files only
 show it. The table goes between the marker lines of docs/configuration.md.
 """
 
@@ -16,7 +16,7 @@ import re
 import sys
 import textwrap
 
-from amqplens.config import keys
+from amqplens.settings import keys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULTS = ROOT / "conf" / "defaults.yaml"
@@ -26,7 +26,7 @@ COMMENT_AT = 34  # column of the comments in defaults.yaml
 WIDTH = 118
 
 HEADER = """\
-# amqplens defaults, generated from the configuration model (amqplens/config.py, Settings) by
+# amqplens defaults, generated from the configuration model (amqplens/settings.py, Settings) by
 # `python -m tools.gen_config_docs`: change the model, not this file. Layers, later wins: this file,
 # conf/local.yaml (ignored by git), --config FILE (repeatable), --set key=value (repeatable).
 # Every key's value goes through its rule at start; docs/configuration.md has the same table.

@@ -107,7 +107,7 @@ def test_defaults_yaml_and_the_docs_table_are_generated_from_the_model_and_curre
 
 def test_the_generated_defaults_read_back_as_the_models_defaults(tmp_path):
     """Each default goes through the YAML writer and the key's rule: what a run reads is the model's default."""
-    from amqplens.config import Settings, flat
+    from amqplens.settings import Settings, flat
     from tools.gen_config_docs import defaults_yaml
 
     conf_dir = tmp_path / "conf"
@@ -129,7 +129,7 @@ def test_the_decoders_own_defaults_are_the_configurations():
     model's, so a capture decoded from Python and one ingested with no config give the same rows."""
     import dataclasses
 
-    from amqplens.config import Settings, flat
+    from amqplens.settings import Settings, flat
     from amqplens.decode import pipeline
     from amqplens.jobs.ingest_captures import options_from
 

@@ -181,3 +181,12 @@ def test_one_registry_names_the_cli_commands_the_entry_scripts_and_the_dag_chain
     chain = next(ast.literal_eval(n.value) for n in dag.body if isinstance(n, ast.Assign)
                  and getattr(n.targets[0], "id", None) == "JOB_CHAIN")
     assert tuple(chain) == stages.CHAIN  # the DAG file imports only Airflow (its parse stays cheap): a copy, held here
+
+
+def test_a_spark_task_imports_no_configuration_model():
+    """The modules whose functions the Spark tasks run (the decode and lifecycle tasks) do not import pydantic: the
+    configuration model is the driver's (amqplens/settings.py), and its import would add 0.07 s to every worker."""
+    code = ("import sys, amqplens.jobs.ingest_captures, amqplens.jobs.lifecycle, amqplens.jobs.ingest_logs\n"
+            "assert 'pydantic' not in sys.modules and 'amqplens.settings' not in sys.modules, 'the model was imported'\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,0 +1,380 @@
+"""The configuration model: every key, its rule, its default and what it means (pydantic).
+
+``amqplens.config`` loads the layers and checks them through ``Settings``; this module is imported when a
+configuration is loaded or its keys listed, not by the modules a Spark task imports (pydantic's import is
+0.07 s a Python worker would pay). conf/defaults.yaml and the table of docs/configuration.md are generated from
+it (python -m tools.gen_config_docs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Annotated, Any, Callable
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    expected: str  # what a reader of the error message should have written
+    check: Callable[[Any], Any]  # returns the normalised value or raises ValueError
+
+
+def _int(minimum: int | None = None) -> Rule:
+    def check(v):
+        if isinstance(v, bool) or not isinstance(v, int):
+            if isinstance(v, str) and re.fullmatch(r"-?\d+", v.strip()):
+                v = int(v)
+            else:
+                raise ValueError
+        if minimum is not None and v < minimum:
+            raise ValueError
+        return v
+
+    return Rule(f"an integer >= {minimum}" if minimum is not None else "an integer", check)
+
+
+def _int_or_auto(minimum: int) -> Rule:
+    inner = _int(minimum)
+
+    def check(v):
+        return "auto" if v == "auto" else inner.check(v)
+
+    return Rule(f"auto or {inner.expected}", check)
+
+
+def _bool() -> Rule:
+    words = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
+
+    def check(v):
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, str) and v.lower() in words:
+            return words[v.lower()]
+        raise ValueError
+
+    return Rule("true or false", check)
+
+
+def _str(pattern: str | None = None, expected: str = "a non-empty string") -> Rule:
+    def check(v):
+        if not isinstance(v, str) or not v:
+            raise ValueError
+        if pattern and not re.fullmatch(pattern, v):
+            raise ValueError
+        return v
+
+    return Rule(expected, check)
+
+
+def _choice(*options: str) -> Rule:
+    def check(v):
+        if isinstance(v, bool):  # YAML reads bare on/off as booleans
+            v = "on" if v else "off"
+        if v not in options:
+            raise ValueError
+        return v
+
+    return Rule("one of " + ", ".join(options), check)
+
+
+def _ports() -> Rule:
+    def check(v):
+        if isinstance(v, (int, str)) and not isinstance(v, bool):
+            v = [v]
+        if not isinstance(v, list):
+            raise ValueError
+        out = []
+        for p in v:
+            p = int(p) if isinstance(p, str) and p.strip().isdigit() else p
+            if isinstance(p, bool) or not isinstance(p, int) or not 0 < p < 65536:
+                raise ValueError
+            out.append(p)
+        return out
+
+    return Rule("a list of TCP ports (1-65535)", check)
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
+
+
+def _size() -> Rule:
+    def check(v):
+        if isinstance(v, bool):
+            raise ValueError
+        if isinstance(v, int):
+            n = v
+        else:
+            m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(v))
+            if not m or m.group(2).lower() not in _UNITS:
+                raise ValueError
+            n = int(m.group(1)) * _UNITS[m.group(2).lower()]
+        if n < 1:
+            raise ValueError
+        return n
+
+    return Rule("a size in bytes, optionally with a unit: 128m, 64k, 1g", check)
+
+
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration() -> Rule:
+    def check(v):
+        if isinstance(v, bool):
+            raise ValueError
+        m = re.fullmatch(r"\s*(\d+)\s*([smhd]?)\s*", str(v))
+        if not m or int(m.group(1)) < 1:
+            raise ValueError
+        return int(m.group(1)) * _SECONDS[m.group(2) or "s"]
+
+    return Rule("a duration of at least 1 second: 30s, 1m, 5m, 1h (a bare number is seconds)", check)
+
+
+def _spark_extra() -> Rule:
+    def check(v):
+        if not isinstance(v, dict) or not all(isinstance(k, str) and k.startswith("spark.") for k in v):
+            raise ValueError
+        return {k: str(x) for k, x in v.items()}
+
+    return Rule("a mapping of spark.* keys to values", check)
+
+
+def _fraction() -> Rule:
+    def check(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            raise ValueError
+        v = float(v)
+        if not 0 <= v <= 1:
+            raise ValueError
+        return v
+
+    return Rule("a number between 0 and 1", check)
+
+
+def _names(expected: str) -> Rule:
+    def check(v):
+        v = [v] if isinstance(v, str) else v
+        if not isinstance(v, list) or not all(isinstance(p, str) and p for p in v):
+            raise ValueError
+        return v
+
+    return Rule(expected + " (strings; [] for none)", check)
+
+
+_EXPECTATION_PATTERNS = "a list of expectation names, table names or fnmatch patterns (table.check*)"
+
+
+# -- the model: every key, its type (the rule its values pass), its default and what it means ------------------------
+# conf/defaults.yaml and the reference table of docs/configuration.md are generated from it (python -m
+# tools.gen_config_docs; tests/unit/test_config.py says when they are stale).
+
+
+class Expected:
+    """Annotated metadata: the rule a setting's values go through."""
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+
+
+def _typed(rule: Rule, python_type: Any = Any) -> Any:
+    return Annotated[python_type, BeforeValidator(rule.check), Expected(rule)]
+
+
+Str = _typed(_str(), str)
+Bool = _typed(_bool(), bool)
+Size = _typed(_size(), int)
+Ports = _typed(_ports(), list)
+Duration = _typed(_duration(), int)
+Fraction = _typed(_fraction(), float)
+
+
+def Int(minimum: int) -> Any:  # noqa: N802 - a type
+    return _typed(_int(minimum), int)
+
+
+def Choice(*options: str) -> Any:  # noqa: N802 - a type
+    return _typed(_choice(*options), str)
+
+
+def Names(expected: str) -> Any:  # noqa: N802 - a type
+    return _typed(_names(expected), list)
+
+
+def setting(default: Any, doc: str) -> Any:
+    """A key's default (as a YAML file writes it; it goes through the key's rule like any value) and its meaning."""
+    return Field(default, description=doc)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True, frozen=True)
+
+
+class SparkSettings(_Section):
+    master: Str = setting("local[*]", "the embedded session's master; under spark-submit its settings win")
+    app_name: Str = setting("amqplens", "Spark application name")
+    shuffle_partitions: _typed(_int_or_auto(1)) = setting(
+        "auto", "partitions of the flow and connection shuffles (and Spark SQL's, in the embedded session): `auto` is two "
+        "per core Spark runs tasks on (4 on a 2-core machine: 10% faster end to end on the 100 MB benchmark capture than "
+        "the former 8), or a number")
+    ui_enabled: Bool = setting(False, "Spark UI")
+    progress_bar: Choice("auto", "on", "off") = setting("auto", "Spark's console progress bar; auto = on when stdout is a terminal")
+    driver_memory: _typed(_str(r"\d+[kmgt]?", "a JVM memory size such as 2g or 512m"), str) = setting(
+        "2g", "embedded session only: the driver JVM's heap")
+    quick_jit: Bool = setting(
+        True, "embedded session only: the JVM's C1 compiler alone (`-XX:TieredStopAtLevel=1`, with the code cache kept at "
+        "240 MB, as C1 alone would shrink it to 48 MB and a demo run filled that): end to end 30% faster on small captures, "
+        "13% on the 100 MB benchmark capture, 5% on 300 MB: set false for local runs of many GB")
+    class_sharing: Bool = setting(
+        True, "embedded session only: map the class-data-sharing archive the install step built (`python -m "
+        "amqplens.jvm_archive`; `--check` says whether this JVM maps it). About 18,000 Spark, Parquet and Arrow classes come "
+        "parsed and verified: 4 s off a small capture's run. An archive of another JDK or other jars is not used (its name "
+        "carries a key of both) and a JVM that cannot map it loads classes the usual way")
+    extra: _typed(_spark_extra(), dict) = setting({}, 'any other spark.* settings, e.g. {"spark.executor.memory": "4g"}')
+
+
+class LakeSettings(_Section):
+    root: Str = setting("./lake", "where the tables live (`--lake` sets it)")
+    staging_max_age_hours: Int(0) = setting(1, "staging leftovers of crashed writes older than this are removed")
+
+
+class InputsSettings(_Section):
+    roots: Names("a list of folders") = setting(
+        [], "when set: every input file must resolve (after `..` and symlinks) inside one of these folders; empty: any path")
+
+
+class CaptureSettings(_Section):
+    split_size: Size = setting("128m", "byte-range splits of one capture file (k, m, g units: binary, 1m = 2^20 bytes)")
+    min_split_size: Size = setting(
+        "8m", "a file smaller than `split_size` still gets one split per core (`spark.default.parallelism`), none smaller "
+        "than this")
+    batch_rows: Int(1) = setting(8192, "packets per Arrow batch")
+    amqp_ports: Ports = setting([5672], "TCP ports whose flows are AMQP")
+    tls_ports: Ports = setting(
+        [5671], "TCP ports whose flows are AMQP over TLS: decrypted with `capture.keylog`, else recorded, not decoded")
+    sniff: Bool = setting(True, "also keep flows on other ports whose client opens with `AMQP`")
+    max_ooo_buffer: Size = setting("4m", "out-of-order bytes buffered per connection direction")
+    retransmit_history: Size = setting(
+        "256k", "delivered bytes kept per direction to compare a retransmission with (`overlap_conflicts`; at most "
+        "`max_ooo_buffer`): the per-connection memory of a healthy stream")
+    port_reuse_idle_s: Int(0) = setting(60, "a SYN after this much idle on a 4-tuple starts a new connection")
+    keylog: Names("a list of NSS key log files (SSLKEYLOGFILE) to decrypt TLS with") = setting(
+        [], "NSS key log files (`SSLKEYLOGFILE`) that decrypt TLS connections (`--keylog PATH ...` sets it); read once by "
+        "the driver, broadcast to the decode tasks, never written anywhere")
+
+
+class DecodeSettings(_Section):
+    max_error_bytes: Int(0) = setting(4096, "raw bytes kept per `decode_errors` row (the hash covers all)")
+    body_prefix_bytes: Int(0) = setting(0, "bytes of each message body kept (0 = size and sha256 only)")
+    field_table_letters: Choice("rabbitmq", "spec") = setting("rabbitmq", "0-9-1 field-table type letters: `rabbitmq` or `spec`")
+    compiled: Choice("auto", "on", "off") = setting(
+        "off", "the 0-9-1 codec's hot frames (basic.publish, deliver, ack, nack, reject, content headers, bodies, "
+        "heartbeats) through the numba-compiled walk (`amqplens/decode/v0_9_1/hotpath.py`): `auto` when numba imports, "
+        "`on` the same (a missing numba still degrades, never fails; a warning says so), `off` the Python decoder alone. "
+        "Same rows either way; not part of the capture's fingerprint. Off: it did not pay at pipeline level yet "
+        "(docs/performance.md)")
+    redact_headers: Names("a list of header or property names") = setting(
+        ["authorization", "proxy-authorization", "cookie", "set-cookie", "password", "passwd", "secret", "token",
+         "access_token", "refresh_token", "api_key", "apikey", "x-api-key"],
+        "header and property names (any case, any depth) whose values are stored as `<redacted>` in `properties_json`, "
+        "`arguments_json` and the peers' properties; `[]` keeps every value")
+
+
+class LifecycleSettings(_Section):
+    fused: Bool = setting(
+        True, "the ingest's decode tasks run the lifecycle machines on each connection they decoded and write "
+        "`deliveries`, `flow_events` and `request_responses` themselves (no frames re-read, no second shuffle, no "
+        "row->Arrow of the wide frame rows); `false`: the `lifecycle` job derives them from `frames` in a second pass. "
+        "Same rows either way; not part of the capture's fingerprint")
+    fused_max_held_frames: Int(1) = setting(
+        1_000_000, "a decode task holds at most this many frames of connections not yet whole (about 200 bytes each); a "
+        "capture that needs more (long-lived connections of a large capture: 1.3 GB in one worker at 1 GB of 8 long "
+        "connections) is left to the `lifecycle` job, which derives the same rows in a second pass")
+
+
+class LogsSettings(_Section):
+    split_size: Size = setting("64m", "byte-range split size of a broker log (a Proton trace is read whole)")
+    join_tolerance_s: Int(0) = setting(
+        5, "a log's connection event or traced message joins a captured connection alive within this many seconds of it")
+
+
+class MetricsSettings(_Section):
+    bucket: Duration = setting("1m", "metric time bucket (`30s`, `1m`, `1h`, ...; a bare number is seconds)")
+    concurrent_tables: Int(1) = setting(
+        4, "metric tables whose Spark queries run at the same time (from driver threads); their commits still go one by "
+        "one, `metrics_errors` last, and nothing is committed if one fails. On a small capture each query is mostly "
+        "planning and scheduling, which overlap; `1` runs them one by one")
+    count_repeats_from_rows: Int(0) = setting(
+        200_000, "from this many frames + deliveries in the captures to do, repeats are counted before they are spread: "
+        "latency values alike in bucket, entity and value become one row with a count before they go to each entity and "
+        "bucket, and frames are counted per slot no wider than the heartbeat interval before the heartbeat window; below "
+        "it each is a row of its own, a shuffle fewer, which small captures pay more for than they save. The same rows "
+        "either way (a test compares them on every fixture). Measured: the 100 MB load capture's metrics 33.1/33.5 s "
+        "counted against 37.0/38.8 s not; a 1 MB capture's within noise either way (about 6,400 rows)")
+
+
+class ReportSettings(_Section):
+    out: Str = setting("./report", "report folder (`--out`)")
+    top_n: Int(1) = setting(10, "rows of each top-N table")
+    busiest: Int(1) = setting(4, "channels / links drawn in the over-time plots")
+    connection_pages: Int(0) = setting(
+        20, "connections with a page of their own: those that ended in an error, then the busiest (by frames)")
+    max_points: Int(10) = setting(2000, "points per series over time; beyond, each interval keeps its maximum")
+
+
+class ValidateSettings(_Section):
+    enabled: Bool = setting(True, "`run`'s validate stage (between metrics and report); `amqplens validate` always runs")
+    critical: Names(_EXPECTATION_PATTERNS) = setting(
+        ["*"], "invariants whose failure fails the run (exit 4): expectation names, table names or fnmatch patterns")
+    warning: Names(_EXPECTATION_PATTERNS) = setting(
+        [], "... except these, which are only reported. Observations (what peers do: credit or windows overrun, flagged "
+        "deliveries, undecodable content; see amqplens/contracts/expectations.py) are always warnings")
+    max_decode_error_share: Fraction = setting(0.1, "frames whose content did not decode, as a share of the run's frames")
+    max_codec_error_share: Fraction = setting(
+        0.5, "mean share of a decoded connection's stream bytes in codec `decode_errors`")
+    window_slack_s: Int(0) = setting(1, "seconds a timestamp may lie outside its capture's first..last packet")
+    sample_keys: Int(1) = setting(5, "keys of offending rows reported per failed expectation")
+    pandas_max_rows: Int(0) = setting(
+        1_000_000, "a run whose tables hold at most this many rows each is validated without Spark (delta-rs, pandas, GX's "
+        "pandas engine); a larger one by GX's Spark engine; 0: always Spark. pandas holds a table in the driver; on a "
+        "100 MB capture (256k frames) the pandas path took 63 s, the Spark path 129 s")
+
+
+class Settings(_Section):
+    """Every configuration key, by section (``capture.split_size`` is ``Settings().capture.split_size``)."""
+
+    spark: SparkSettings = SparkSettings()
+    lake: LakeSettings = LakeSettings()
+    inputs: InputsSettings = InputsSettings()
+    capture: CaptureSettings = CaptureSettings()
+    decode: DecodeSettings = DecodeSettings()
+    lifecycle: LifecycleSettings = LifecycleSettings()
+    logs: LogsSettings = LogsSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    report: ReportSettings = ReportSettings()
+    validate_: ValidateSettings = Field(ValidateSettings(), alias="validate")  # BaseModel has a validate method
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _sections() -> dict[str, type[_Section]]:
+    return {(f.alias or name): f.annotation for name, f in Settings.model_fields.items()}
+
+
+def keys() -> dict[str, tuple[Rule, Any, str]]:
+    """Every key, dotted, in the model's order: (its rule, its default as written, what it means)."""
+    out = {}
+    for section, model in _sections().items():
+        for name, f in model.model_fields.items():
+            rule = next(m.rule for m in f.metadata if isinstance(m, Expected))
+            out[f"{section}.{name}"] = (rule, f.default, f.description or "")
+    return out
+
+
+SPEC: dict[str, Rule] = {k: rule for k, (rule, _, _) in keys().items()}
+
+
+def flat(settings: Settings) -> dict[str, Any]:
+    """The settings as dotted keys -> values."""
+    return {f"{section}.{name}": value for section, fields in settings.model_dump(by_alias=True).items()
+            for name, value in fields.items()}
