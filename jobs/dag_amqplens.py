@@ -20,7 +20,7 @@ Deployment settings are environment variables read when the file is parsed:
 | AMQPLENS_LAKE | /data/amqplens/lake | lake root (DAG param ``lake``) |
 | AMQPLENS_REPORT_ROOT | /data/amqplens/report | one report folder per date under it (DAG param ``report_root``) |
 | AMQPLENS_PY_FILES | <repo>/dist/amqplens-py-files.zip | the zip ``make dist`` builds |
-| AMQPLENS_JOBS_DIR | the folder of this file | where the job modules (spark-submit's application) are |
+| AMQPLENS_JOBS_DIR | the folder of this file | where the stages' entry scripts (spark-submit's application, jobs/<stage>.py) are |
 | AMQPLENS_CONFIG | (none) | config files, separated by ``os.pathsep``: one ``--config`` each |
 | AMQPLENS_SET | (none) | ``key=value`` overrides, separated by spaces: one ``--set`` each |
 | AMQPLENS_SPARK_CONN | spark_default | the Airflow Spark connection (its host is the master) |
@@ -36,7 +36,8 @@ import shlex
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param, chain
 
-# The jobs in the order they run; each is jobs/<name with _>.py and `amqplens <name>`.
+# The stages in the order they run (amqplens/stages.py CHAIN: this file imports only Airflow, so it keeps a copy,
+# which tests/unit/test_layout.py holds to the registry); each is jobs/<name with _>.py and `amqplens <name>`.
 JOB_CHAIN = ("ingest-captures", "ingest-logs", "lifecycle", "metrics", "validate", "report")
 
 DAY_FOLDER = "{{ params.input_root }}/{{ ds }}"
