@@ -10,6 +10,8 @@ dict.
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 
 MAX_DEPTH = 64  # tables nest; a deeper term is not a real header table
@@ -73,7 +75,7 @@ def _term(text: str, pos: int, depth: int):
                 raise TermError(f"bad element in a binary at {pos}")
     if m.group(3) in ("[", "{"):
         close = "]" if m.group(3) == "[" else "}"
-        items = []
+        items: list[Any] = []
         while True:
             t, after = _token(text, pos)
             if t.group(3) == close:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable, Iterator
+from typing import Callable, Iterator, cast
 
 CHUNK = 1 << 20
 MAX_LINE_BYTES = 1 << 20  # a longer "line" is cut here: no real log line is a megabyte, a binary file may be
@@ -112,7 +112,7 @@ def read_entries(path: str | os.PathLike, start: int, end: int, first_number: in
             return
         number = first_number + (count_newlines(path, start, first) if first > start else 0)
         prev = _previous_line(f, first)
-        leading, entry = True, []
+        leading, entry = True, cast("list[Line]", [])
         for line in _lines_from(f, first, number):
             cont = prev is not None and continues(prev, line.raw)
             prev = line.raw

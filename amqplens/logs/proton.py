@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, cast
 
 from amqplens.decode.detect import describe
 from amqplens.logs.lines import Line
@@ -74,7 +74,7 @@ class _Connection:
         self.messages = {TO_SERVER: MessageTracker(), TO_CLIENT: MessageTracker()}
         self.cut: set[tuple] = set()  # (direction, channel, handle) of messages with a truncated payload
         self.headers: dict[str, int] = {}  # outgoing protocol header layers -> count
-        self.outgoing = None  # TO_SERVER (we are the client) or TO_CLIENT; None until known
+        self.outgoing: str | None = None  # TO_SERVER (we are the client) or TO_CLIENT; None until known
         self.pending: list[tuple] = []
         self.counts = {TO_SERVER: 0, TO_CLIENT: 0}
 
@@ -157,7 +157,8 @@ def _rows(conn: _Connection) -> Iterator[tuple[str, dict]]:
 
 
 def _row(conn: _Connection, line: Line, arrow: str, kind: str, channel, detail) -> dict:
-    direction = conn.outgoing if arrow == "->" else (TO_CLIENT if conn.outgoing == TO_SERVER else TO_SERVER)
+    # rows are held until the outgoing direction is known (_held), so it is set here
+    direction = cast(str, conn.outgoing) if arrow == "->" else (TO_CLIENT if conn.outgoing == TO_SERVER else TO_SERVER)
     row = dict(FRAME_TEMPLATE)
     row.update(connection_id=conn.connection_id, direction=direction, stream_offset=line.number, ts_us=line.number,
                dialect="1.0", size=0, channel=channel)
@@ -193,7 +194,7 @@ def _transfer(conn: _Connection, row: dict, direction: str, args: dict, tail: st
         conn.cut.add((direction, *link))
         payload = b""
     seq, delivery_id, completion, error = conn.messages[direction].on_transfer(
-        link, row["delivery_id"], row["delivery_tag_bin"], args.get("more"), args.get("aborted"), payload)
+        link, row["delivery_id"], row["delivery_tag_bin"], args.get("more"), args.get("aborted"), memoryview(payload))
     row["message_seq"] = seq
     if row["delivery_id"] is None:
         row["delivery_id"] = delivery_id

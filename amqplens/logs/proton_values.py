@@ -17,6 +17,8 @@ returned for the same value on the wire: a known composite becomes
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 import uuid
 
@@ -97,7 +99,7 @@ def parse_value(text: str, pos: int = 0, depth: int = 0):
 def _sequence(text: str, pos: int, depth: int, close: str):
     """A list ``[a, name=b]`` (named items as (name, value) pairs) or a map's ``{k=v}`` pairs."""
     pos += 1
-    items = []
+    items: list[Any] = []  # values, _Named items of a list, (key, value) pairs of a map
     while True:
         pos = _skip(text, pos)
         if text.startswith(close, pos):

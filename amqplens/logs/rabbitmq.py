@@ -225,12 +225,12 @@ def _event(entry, log_format, ts_us, level, message, name: str, m: re.Match) -> 
     row["method"] = g.get("method") or g.get("method36")
     if exc is not None:
         row["reply_code"] = REPLY_CODE_OF.get(exc)
-        text = text.strip()
+        text = (text or "").strip()
         if len(text) > 1 and text[0] == text[-1] == '"':  # a connection exception's text is logged with ~p: quoted
             text = text[1:-1]
         row["reply_text"] = f"{exc.upper()} - {text}"  # as the broker puts it on the wire
     elif "text" in g or "other" in g:
-        row["reply_text"] = (g.get("text") or g.get("other")).strip()
+        row["reply_text"] = (g.get("text") or g.get("other") or "").strip()
     if "resource" in g:
         row["alarm_resource"], row["node"] = g["resource"], g["node"]
     return row

@@ -90,7 +90,7 @@ def parse(entries: Iterable[list[Line]], log_format: str) -> Iterator[tuple[str,
             yield "delivery", row
 
 
-def _delivery(entry: list[Line], ts_us, kind: str, connection: str, channel, exchange, routing_keys, queue,
+def _delivery(entry: list[Line], ts_us, kind: str, connection: str | None, channel, exchange, routing_keys, queue,
               props: dict, payload: bytes, trace: dict) -> dict:
     direction, method = _KIND[kind]
     row = dict.fromkeys(DELIVERY_KEYS)
