@@ -49,7 +49,7 @@ class DecodeOptions:
 
 def _v0_9_1(connection_id: str, dialect: str | None, o: DecodeOptions):
     return Amqp091StreamDecoder(
-        connection_id, dialect=dialect if dialect in ("0-8", "0-9", "0-9-1") else None,
+        connection_id, dialect=dialect if dialect in detect.FAMILY_0_9_1 else None,
         field_table_letters=o.field_table_letters, max_error_bytes=o.max_error_bytes, body_prefix_bytes=o.body_prefix_bytes,
         compiled=compiled_enabled(o.compiled),
     )

@@ -10,8 +10,6 @@ from amqplens.decode import DecodedConnection
 from amqplens.decode import decode_capture as _decode
 from amqplens.decode.codecs import DecodeOptions
 
-Decoded = DecodedConnection
-
 
 def decode_capture(path, amqp_ports=(5672,), **options) -> list[DecodedConnection]:
     """Every selected connection of the capture, in the order they ended (``options``: ``DecodeOptions`` fields)."""
