@@ -58,7 +58,7 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _read_yaml(path: pathlib.Path) -> dict:
+def _read_yaml(path: pathlib.Path | zipfile.Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:

@@ -12,6 +12,7 @@ import glob
 import hashlib
 import os
 import pathlib
+from collections.abc import Sequence
 
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".dmp", ".pcap0", ".ntar")
 
@@ -35,7 +36,7 @@ def sha256_file(path: str, chunk: int = 8 << 20) -> str:
     return h.hexdigest()
 
 
-def expand_inputs(specs: list[str], roots: list[str] = ()) -> list[str]:
+def expand_inputs(specs: list[str], roots: Sequence[str] = ()) -> list[str]:
     """Files as given; folders searched recursively for capture suffixes; globs expanded; each inside ``roots``."""
     out: list[str] = []
     for spec in specs:
@@ -63,7 +64,7 @@ def expand_inputs(specs: list[str], roots: list[str] = ()) -> list[str]:
     return unique
 
 
-def check_roots(paths: list[str], roots: list[str]) -> None:
+def check_roots(paths: list[str], roots: Sequence[str]) -> None:
     """Raise ``InputError`` for the first path whose real location is in none of ``roots`` (none: any path)."""
     if not roots:
         return
@@ -75,7 +76,7 @@ def check_roots(paths: list[str], roots: list[str]) -> None:
                              f"({', '.join(real_roots)}); inputs may only be read from there")  # fmt: skip
 
 
-def capture_files(specs: list[str], roots: list[str] = ()) -> list[CaptureFile]:
+def capture_files(specs: list[str], roots: Sequence[str] = ()) -> list[CaptureFile]:
     """Each distinct content once (the same bytes under two names are one capture)."""
     by_id: dict[str, CaptureFile] = {}
     for path in expand_inputs(specs, roots):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, cast
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -177,28 +177,30 @@ class Expected:
         self.rule = rule
 
 
-def _typed(rule: Rule, python_type: Any = Any) -> Any:
-    return Annotated[python_type, BeforeValidator(rule.check), Expected(rule)]
+def _typed(rule: Rule) -> tuple[BeforeValidator, Expected]:
+    """A setting's Annotated metadata, unpacked into its type (``Annotated[int, *Int(0)]``, a form type checkers read):
+    the rule's check runs before pydantic's own validation; ``Expected`` keeps the rule."""
+    return BeforeValidator(rule.check), Expected(rule)
 
 
-Str = _typed(_str(), str)
-Bool = _typed(_bool(), bool)
-Size = _typed(_size(), int)
-Ports = _typed(_ports(), list)
-Duration = _typed(_duration(), int)
-Fraction = _typed(_fraction(), float)
+Str = Annotated[str, *_typed(_str())]
+Bool = Annotated[bool, *_typed(_bool())]
+Size = Annotated[int, *_typed(_size())]
+Ports = Annotated[list, *_typed(_ports())]
+Duration = Annotated[int, *_typed(_duration())]
+Fraction = Annotated[float, *_typed(_fraction())]
 
 
-def Int(minimum: int) -> Any:  # noqa: N802 - a type
-    return _typed(_int(minimum), int)
+def Int(minimum: int) -> tuple[BeforeValidator, Expected]:  # noqa: N802 - a type's metadata
+    return _typed(_int(minimum))
 
 
-def Choice(*options: str) -> Any:  # noqa: N802 - a type
-    return _typed(_choice(*options), str)
+def Choice(*options: str) -> tuple[BeforeValidator, Expected]:  # noqa: N802 - a type's metadata
+    return _typed(_choice(*options))
 
 
-def Names(expected: str) -> Any:  # noqa: N802 - a type
-    return _typed(_names(expected), list)
+def Names(expected: str) -> tuple[BeforeValidator, Expected]:  # noqa: N802 - a type's metadata
+    return _typed(_names(expected))
 
 
 def setting(default: Any, doc: str) -> Any:
@@ -213,13 +215,13 @@ class _Section(BaseModel):
 class SparkSettings(_Section):
     master: Str = setting("local[*]", "the embedded session's master; under spark-submit its settings win")
     app_name: Str = setting("amqplens", "Spark application name")
-    shuffle_partitions: _typed(_int_or_auto(1)) = setting(
+    shuffle_partitions: Annotated[Any, *_typed(_int_or_auto(1))] = setting(
         "auto", "partitions of the flow and connection shuffles (and Spark SQL's, in the embedded session): `auto` is two "
         "per core Spark runs tasks on (4 on a 2-core machine: 10% faster end to end on the 100 MB benchmark capture than "
         "the former 8), or a number")
     ui_enabled: Bool = setting(False, "Spark UI")
-    progress_bar: Choice("auto", "on", "off") = setting("auto", "Spark's console progress bar; auto = on when stdout is a terminal")
-    driver_memory: _typed(_str(r"\d+[kmgt]?", "a JVM memory size such as 2g or 512m"), str) = setting(
+    progress_bar: Annotated[str, *Choice("auto", "on", "off")] = setting("auto", "Spark's console progress bar; auto = on when stdout is a terminal")
+    driver_memory: Annotated[str, *_typed(_str(r"\d+[kmgt]?", "a JVM memory size such as 2g or 512m"))] = setting(
         "2g", "embedded session only: the driver JVM's heap")
     quick_jit: Bool = setting(
         True, "embedded session only: the JVM's C1 compiler alone (`-XX:TieredStopAtLevel=1`, with the code cache kept at "
@@ -230,16 +232,16 @@ class SparkSettings(_Section):
         "amqplens.jvm_archive`; `--check` says whether this JVM maps it). About 18,000 Spark, Parquet and Arrow classes come "
         "parsed and verified: 4 s off a small capture's run. An archive of another JDK or other jars is not used (its name "
         "carries a key of both) and a JVM that cannot map it loads classes the usual way")
-    extra: _typed(_spark_extra(), dict) = setting({}, 'any other spark.* settings, e.g. {"spark.executor.memory": "4g"}')
+    extra: Annotated[dict, *_typed(_spark_extra())] = setting({}, 'any other spark.* settings, e.g. {"spark.executor.memory": "4g"}')
 
 
 class LakeSettings(_Section):
     root: Str = setting("./lake", "where the tables live (`--lake` sets it)")
-    staging_max_age_hours: Int(0) = setting(1, "staging leftovers of crashed writes older than this are removed")
+    staging_max_age_hours: Annotated[int, *Int(0)] = setting(1, "staging leftovers of crashed writes older than this are removed")
 
 
 class InputsSettings(_Section):
-    roots: Names("a list of folders") = setting(
+    roots: Annotated[list, *Names("a list of folders")] = setting(
         [], "when set: every input file must resolve (after `..` and symlinks) inside one of these folders; empty: any path")
 
 
@@ -248,7 +250,7 @@ class CaptureSettings(_Section):
     min_split_size: Size = setting(
         "8m", "a file smaller than `split_size` still gets one split per core (`spark.default.parallelism`), none smaller "
         "than this")
-    batch_rows: Int(1) = setting(8192, "packets per Arrow batch")
+    batch_rows: Annotated[int, *Int(1)] = setting(8192, "packets per Arrow batch")
     amqp_ports: Ports = setting([5672], "TCP ports whose flows are AMQP")
     tls_ports: Ports = setting(
         [5671], "TCP ports whose flows are AMQP over TLS: decrypted with `capture.keylog`, else recorded, not decoded")
@@ -257,23 +259,23 @@ class CaptureSettings(_Section):
     retransmit_history: Size = setting(
         "256k", "delivered bytes kept per direction to compare a retransmission with (`overlap_conflicts`; at most "
         "`max_ooo_buffer`): the per-connection memory of a healthy stream")
-    port_reuse_idle_s: Int(0) = setting(60, "a SYN after this much idle on a 4-tuple starts a new connection")
-    keylog: Names("a list of NSS key log files (SSLKEYLOGFILE) to decrypt TLS with") = setting(
+    port_reuse_idle_s: Annotated[int, *Int(0)] = setting(60, "a SYN after this much idle on a 4-tuple starts a new connection")
+    keylog: Annotated[list, *Names("a list of NSS key log files (SSLKEYLOGFILE) to decrypt TLS with")] = setting(
         [], "NSS key log files (`SSLKEYLOGFILE`) that decrypt TLS connections (`--keylog PATH ...` sets it); read once by "
         "the driver, broadcast to the decode tasks, never written anywhere")
 
 
 class DecodeSettings(_Section):
-    max_error_bytes: Int(0) = setting(4096, "raw bytes kept per `decode_errors` row (the hash covers all)")
-    body_prefix_bytes: Int(0) = setting(0, "bytes of each message body kept (0 = size and sha256 only)")
-    field_table_letters: Choice("rabbitmq", "spec") = setting("rabbitmq", "0-9-1 field-table type letters: `rabbitmq` or `spec`")
-    compiled: Choice("auto", "on", "off") = setting(
+    max_error_bytes: Annotated[int, *Int(0)] = setting(4096, "raw bytes kept per `decode_errors` row (the hash covers all)")
+    body_prefix_bytes: Annotated[int, *Int(0)] = setting(0, "bytes of each message body kept (0 = size and sha256 only)")
+    field_table_letters: Annotated[str, *Choice("rabbitmq", "spec")] = setting("rabbitmq", "0-9-1 field-table type letters: `rabbitmq` or `spec`")
+    compiled: Annotated[str, *Choice("auto", "on", "off")] = setting(
         "off", "the 0-9-1 codec's hot frames (basic.publish, deliver, ack, nack, reject, content headers, bodies, "
         "heartbeats) through the numba-compiled walk (`amqplens/decode/v0_9_1/hotpath.py`): `auto` when numba imports, "
         "`on` the same (a missing numba still degrades, never fails; a warning says so), `off` the Python decoder alone. "
         "Same rows either way; not part of the capture's fingerprint. Off: it did not pay at pipeline level yet "
         "(docs/performance.md)")
-    redact_headers: Names("a list of header or property names") = setting(
+    redact_headers: Annotated[list, *Names("a list of header or property names")] = setting(
         ["authorization", "proxy-authorization", "cookie", "set-cookie", "password", "passwd", "secret", "token",
          "access_token", "refresh_token", "api_key", "apikey", "x-api-key"],
         "header and property names (any case, any depth) whose values are stored as `<redacted>` in `properties_json`, "
@@ -286,7 +288,7 @@ class LifecycleSettings(_Section):
         "`deliveries`, `flow_events` and `request_responses` themselves (no frames re-read, no second shuffle, no "
         "row->Arrow of the wide frame rows); `false`: the `lifecycle` job derives them from `frames` in a second pass. "
         "Same rows either way; not part of the capture's fingerprint")
-    fused_max_held_frames: Int(1) = setting(
+    fused_max_held_frames: Annotated[int, *Int(1)] = setting(
         1_000_000, "a decode task holds at most this many frames of connections not yet whole (about 200 bytes each); a "
         "capture that needs more (long-lived connections of a large capture: 1.3 GB in one worker at 1 GB of 8 long "
         "connections) is left to the `lifecycle` job, which derives the same rows in a second pass")
@@ -294,17 +296,17 @@ class LifecycleSettings(_Section):
 
 class LogsSettings(_Section):
     split_size: Size = setting("64m", "byte-range split size of a broker log (a Proton trace is read whole)")
-    join_tolerance_s: Int(0) = setting(
+    join_tolerance_s: Annotated[int, *Int(0)] = setting(
         5, "a log's connection event or traced message joins a captured connection alive within this many seconds of it")
 
 
 class MetricsSettings(_Section):
     bucket: Duration = setting("1m", "metric time bucket (`30s`, `1m`, `1h`, ...; a bare number is seconds)")
-    concurrent_tables: Int(1) = setting(
+    concurrent_tables: Annotated[int, *Int(1)] = setting(
         4, "metric tables whose Spark queries run at the same time (from driver threads); their commits still go one by "
         "one, `metrics_errors` last, and nothing is committed if one fails. On a small capture each query is mostly "
         "planning and scheduling, which overlap; `1` runs them one by one")
-    count_repeats_from_rows: Int(0) = setting(
+    count_repeats_from_rows: Annotated[int, *Int(0)] = setting(
         200_000, "from this many frames + deliveries in the captures to do, repeats are counted before they are spread: "
         "latency values alike in bucket, entity and value become one row with a count before they go to each entity and "
         "bucket, and frames are counted per slot no wider than the heartbeat interval before the heartbeat window; below "
@@ -315,26 +317,26 @@ class MetricsSettings(_Section):
 
 class ReportSettings(_Section):
     out: Str = setting("./report", "report folder (`--out`)")
-    top_n: Int(1) = setting(10, "rows of each top-N table")
-    busiest: Int(1) = setting(4, "channels / links drawn in the over-time plots")
-    connection_pages: Int(0) = setting(
+    top_n: Annotated[int, *Int(1)] = setting(10, "rows of each top-N table")
+    busiest: Annotated[int, *Int(1)] = setting(4, "channels / links drawn in the over-time plots")
+    connection_pages: Annotated[int, *Int(0)] = setting(
         20, "connections with a page of their own: those that ended in an error, then the busiest (by frames)")
-    max_points: Int(10) = setting(2000, "points per series over time; beyond, each interval keeps its maximum")
+    max_points: Annotated[int, *Int(10)] = setting(2000, "points per series over time; beyond, each interval keeps its maximum")
 
 
 class ValidateSettings(_Section):
     enabled: Bool = setting(True, "`run`'s validate stage (between metrics and report); `amqplens validate` always runs")
-    critical: Names(_EXPECTATION_PATTERNS) = setting(
+    critical: Annotated[list, *Names(_EXPECTATION_PATTERNS)] = setting(
         ["*"], "invariants whose failure fails the run (exit 4): expectation names, table names or fnmatch patterns")
-    warning: Names(_EXPECTATION_PATTERNS) = setting(
+    warning: Annotated[list, *Names(_EXPECTATION_PATTERNS)] = setting(
         [], "... except these, which are only reported. Observations (what peers do: credit or windows overrun, flagged "
         "deliveries, undecodable content; see amqplens/contracts/expectations.py) are always warnings")
     max_decode_error_share: Fraction = setting(0.1, "frames whose content did not decode, as a share of the run's frames")
     max_codec_error_share: Fraction = setting(
         0.5, "mean share of a decoded connection's stream bytes in codec `decode_errors`")
-    window_slack_s: Int(0) = setting(1, "seconds a timestamp may lie outside its capture's first..last packet")
-    sample_keys: Int(1) = setting(5, "keys of offending rows reported per failed expectation")
-    pandas_max_rows: Int(0) = setting(
+    window_slack_s: Annotated[int, *Int(0)] = setting(1, "seconds a timestamp may lie outside its capture's first..last packet")
+    sample_keys: Annotated[int, *Int(1)] = setting(5, "keys of offending rows reported per failed expectation")
+    pandas_max_rows: Annotated[int, *Int(0)] = setting(
         1_000_000, "a run whose tables hold at most this many rows each is validated without Spark (delta-rs, pandas, GX's "
         "pandas engine); a larger one by GX's Spark engine; 0: always Spark. pandas holds a table in the driver; on a "
         "100 MB capture (256k frames) the pandas path took 63 s, the Spark path 129 s")
@@ -358,7 +360,8 @@ class Settings(_Section):
 
 
 def _sections() -> dict[str, type[_Section]]:
-    return {(f.alias or name): f.annotation for name, f in Settings.model_fields.items()}
+    # pydantic types a field's annotation as any type form (or None); Settings' fields are all sections
+    return {(f.alias or name): cast("type[_Section]", f.annotation) for name, f in Settings.model_fields.items()}
 
 
 def keys() -> dict[str, tuple[Rule, Any, str]]:

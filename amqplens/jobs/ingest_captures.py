@@ -265,25 +265,31 @@ def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, Stage
         kind = out.column(0)[0].as_py() if out.num_rows else None
         cid = out.column(1)[0].as_py() if out.num_rows else None
         if kind == "frame":
+            assert cid is not None  # a batch of a kind has rows, each with its capture id
             rows = frame_rows(out)
             writers["frames"].write(cid, rows)
             if fused:
+                assert life is not None  # made with fused
                 _write_all(life, fused.frames(cid, rows))
             if frames_decoded is not None:
                 frames_decoded.add(out.num_rows)
         elif kind == "connection":
+            assert cid is not None
             writers["connections"].write(cid, connection_rows(out))
             counts[cid].add_connections(out)
             if fused:
+                assert life is not None
                 ids = out.column("connection").field("connection_id").to_pylist()
                 _write_all(life, fused.closed(cid, ids, out.column("meta").to_pylist()))
         elif kind == "error":
+            assert cid is not None
             writers["decode_errors"].write(cid, error_rows(out))
             counts[cid].add_errors(out)
         elif out.num_rows:
             yield out
     files = [(name, f) for name, writer in writers.items() for f in writer.close()]
     if fused:
+        assert life is not None and lifecycle_staged is not None  # fused is made only with both
         _write_all(life, fused.finish())
         files += [(lifecycle_staged[kind].table, f) for kind, f in life.close()]
         for cid, why in fused.failed.items():

@@ -32,6 +32,7 @@ import logging
 import os
 import pathlib
 import uuid
+from collections.abc import Sequence
 
 import pyarrow as pa
 
@@ -74,7 +75,7 @@ class LogIngestResult:
 
 
 # --------------------------------------------------------------------- inputs
-def log_files(specs: list[str], roots: list[str] = ()) -> list[LogFile]:
+def log_files(specs: list[str], roots: Sequence[str] = ()) -> list[LogFile]:
     """Files as given, every file of a folder (recursively), globs; each inside ``roots``; each distinct content once."""
     paths: list[str] = []
     for spec in specs:
@@ -214,7 +215,8 @@ def _split_rows(spark, files: list[LogFile], split_size: int) -> list[tuple]:
     got = spark.sparkContext.parallelize(counted, max(1, len(counted))).map(lambda r: count_newlines(r[1], r[3], r[4])).collect() if counted else []
     by_range = dict(zip(counted, got))
     counts = [by_range.get(r, 0) for r in ranges]
-    rows, before = [], {}
+    rows: list[tuple] = []
+    before: dict[str, int] = {}
     for r, n in zip(ranges, counts):
         rows.append((*r, before.get(r[0], 0) + 1))
         before[r[0]] = before.get(r[0], 0) + n

@@ -24,6 +24,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -184,7 +185,7 @@ class TableStore:
         large one they share the executors' cores as one query's stages would.
         """
         run_id = run_id or uuid.uuid4().hex[:12]
-        staged: dict[str, tuple | None] = {}
+        staged: dict[str, tuple[Table, DeltaTable | None, list[AddAction], dict[str, str], str] | None] = {}
         try:
             if parallel > 1 and len(tables) > 1:
                 from concurrent.futures import ThreadPoolExecutor
@@ -208,7 +209,7 @@ class TableStore:
                 if st is not None:
                     self._drop_dir(st[4])
 
-    def _stage_rows(self, name: str, df, units: Mapping[str, str], run_id: str):
+    def _stage_rows(self, name: str, df, units: Mapping[str, str], run_id: str) -> tuple[Table, DeltaTable | None, list[AddAction], dict[str, str], str] | None:
         """Spark writes ``df``'s rows of the pending units into a staging folder, placed as the table's files (not
         committed): (table, snapshot, adds, pending units, staging folder), or None when every unit is committed."""
         t = table_def(name)
@@ -284,7 +285,8 @@ class TableStore:
             writer.write(row[rkey], pa.RecordBatch.from_pylist([row], schema=schema))
             partitions[row[rkey]] = {k: _partition_str(row[k]) for k in t.partition_by}
         try:
-            return self.commit_staged(staged, writer.close(), units=units, partitions=partitions, run_id=run_id)
+            # the partition columns are not nullable (amqplens/contracts): each value is a str, not None
+            return self.commit_staged(staged, writer.close(), units=units, partitions=cast("dict[str, dict[str, str]]", partitions), run_id=run_id)
         finally:
             self.discard_staged(staged)
 
@@ -376,6 +378,7 @@ class TableStore:
                 if attempt == COMMIT_ATTEMPTS:
                     raise LakeConflict(f"{exc} (tried {COMMIT_ATTEMPTS} times)") from exc.__cause__
                 log.warning("table %s: %s; retrying on the new snapshot (attempt %d)", t.name, exc, attempt + 1)
+        raise AssertionError("unreachable: the last attempt returns or raises")  # for mypy: the loop never falls through
 
     def _commit(self, t, dt, adds, removes, pending: Mapping[str, str], run_id: str) -> None:
         props = CommitProperties(

@@ -62,7 +62,7 @@ def _cell(v) -> str:
     return html.escape("" if v is None else str(v))
 
 
-def table_html(cols, rows, raw: set = frozenset()) -> str:
+def table_html(cols, rows, raw: set | frozenset = frozenset()) -> str:
     """An HTML table; values escaped except the columns in ``raw`` (links this module built)."""
     if not rows:
         return "<p>(none)</p>"
@@ -290,7 +290,7 @@ def run(spark, conf: Config, out: str | None = None) -> pathlib.Path:
     # The figures draw on a thread of their own (_figures); the connection pages draw with plotly only.
     with ThreadPoolExecutor(max_workers=6, thread_name_prefix="amqplens-report") as pool:
         queries = _figure_queries(store, conf, pool)
-        tables = pool.submit(top_tables, store, conf["report.top_n"])
+        top = pool.submit(top_tables, store, conf["report.top_n"])
         conns = data.connections(store, conf["report.connection_pages"])
         ids = list(conns.connection_id)
         logs = pool.submit(lambda: (broker_event_rows(store, ids), alarm_intervals(store)))
@@ -299,7 +299,7 @@ def run(spark, conf: Config, out: str | None = None) -> pathlib.Path:
         events, alarms = logs.result()
         figures = _figures(conf, queries, conns, blocked, errs, events, alarms, out_dir)
         pages_written.result()
-        tables = tables.result()
+        tables = top.result()
     page = out_dir / "index.html"
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     page.write_text(render_overview(store, figures, tables, conns, generated))

@@ -29,7 +29,7 @@ def _row_key(r) -> str:
 def timeline(conn, frames: pd.DataFrame, flows: pd.DataFrame, blocked: pd.DataFrame, errs: pd.DataFrame) -> dict:
     """Rows: the connection, then each channel/session and link in order of first appearance."""
     keys = ["connection"] + [k for k in dict.fromkeys(_row_key(r) for r in frames.itertuples()) if k != "connection"]
-    names = {}
+    names: dict[str, str] = {}
     for r in frames.itertuples():
         if r.performative == "attach" and isinstance(r.link_name, str):
             names.setdefault(_row_key(r), f"{_row_key(r)}: link {r.link_name}")

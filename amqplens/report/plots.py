@@ -17,6 +17,7 @@ import datetime as dt
 import html
 import json
 import math
+from typing import Any
 
 import pandas as pd
 
@@ -42,7 +43,7 @@ def esc(v) -> str:
 
 def vals(values) -> list:
     """JSON-ready values: timestamps as ``YYYY-MM-DD HH:MM:SS.ffffff`` (UTC, what plotly.js parses), NaN/NaT as null."""
-    out = []
+    out: list = []
     for v in values:
         if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v)):
             out.append(None)
@@ -56,7 +57,7 @@ def vals(values) -> list:
 
 
 def figure(title: str, height: int, traces: list, **layout) -> dict:
-    base = dict(title=dict(text=esc(title)), height=height, margin=dict(l=10, r=10, t=50, b=40), hovermode="closest",
+    base: dict[str, Any] = dict(title=dict(text=esc(title)), height=height, margin=dict(l=10, r=10, t=50, b=40), hovermode="closest",
                 legend=dict(font=dict(size=10)), plot_bgcolor="white", xaxis=dict(gridcolor="#eee", automargin=True),
                 yaxis=dict(gridcolor="#eee", automargin=True))
     for k, v in layout.items():

@@ -161,7 +161,7 @@ class _Take:
 class _Key:
     """The state of one (capture, key) while its events pass."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         import array
 
         self.pubs = array.array("q")  # publish times in order (NULL_US: no time)
@@ -214,6 +214,7 @@ def fifo_pass(batches, payload: list[str]):
                 if k is not None:
                     yield from finish(k)
                 current, k = (cid, key), _Key()
+            assert k is not None  # set on the first event
             if kind == PUBLISH:
                 k.pubs.append(ts)
             elif kind == REQUEUE:

@@ -29,6 +29,7 @@ import os
 import pathlib
 import time
 import uuid
+from typing import Any
 
 from amqplens.config import Config
 from amqplens.contracts import ALL_TABLES, Table
@@ -70,7 +71,7 @@ class Outcome:
 def _observed(result: dict, exception: dict | None) -> str:
     if exception and exception.get("raised_exception"):
         return f"could not be evaluated: {exception.get('exception_message')}"
-    value = result.get("observed_value")
+    value: Any = result.get("observed_value")
     value = value.item() if hasattr(value, "item") else value  # GX's pandas engine observes numpy scalars
     if "unexpected_count" in result:
         text = f"{result['unexpected_count']} of {result.get('element_count')} rows unexpected"
@@ -241,8 +242,10 @@ def batches(store, ids: list[str], conf: Config):
             if rows[name] == 0:  # nothing to hold to the suite (e.g. broker_events of a run without logs)
                 yield t, 0, None
             elif small:
+                assert isinstance(source, quality_small.SmallRun)
                 yield t, rows[name], quality_small.batch(t, source, conf)
             else:
+                assert isinstance(source, quality.RunTables)
                 df = quality.batch(t, source, conf).persist()
                 try:
                     yield t, rows[name], df
@@ -250,6 +253,7 @@ def batches(store, ids: list[str], conf: Config):
                     df.unpersist()
     finally:
         if not small:
+            assert isinstance(source, quality.RunTables)
             source.close()
 
 

@@ -24,7 +24,7 @@ from amqplens.jobs.validate.quality import SOURCE_CAPTURE
 INTEGER_TYPES = ("int8", "int16", "int32", "int64")
 
 
-def read_slice(store, name: str, ids: list[str], columns: list[str] | None = None) -> pd.DataFrame:
+def read_slice(store, name: str, ids: list[str] | None, columns: list[str] | None = None) -> pd.DataFrame:
     """The rows of table ``name`` whose ``replace_by`` value is one of ``ids`` (None: every row), as pandas.
 
     Timestamps stay in microseconds (Arrow's unit): any year a table holds fits.
