@@ -115,13 +115,6 @@ class Table:
         return "\n".join(out) + "\n"
 
 
-# Value sets more than one column shares.
-DIALECTS = ("0-8", "0-9", "0-9-1", "0-10", "1.0", "0-9-draft", "amqp-fast-0.9a5")
-TO_SERVER_CLIENT = ("to_server", "to_client")
-TO_FROM_BROKER = ("to_broker", "from_broker")
-CLIENT_SERVER = ("client", "server")
-LOG_FORMATS = ("rabbitmq-3.6", "rabbitmq-3.7", "rabbitmq-3.9", "rabbitmq-json")  # RabbitMQ server logs
-
 # The leading columns of every table (data and metric): the capture and its day, the partition.
 CAPTURE_DATE = Column("capture_date", "date", "UTC day of the capture's first packet (1970-01-01 when it has none); the partition", False)
 CAPTURE_ID = Column("capture_id", "string", "sha256 of the input file's bytes (a capture, or a broker log: its log_id)", False)

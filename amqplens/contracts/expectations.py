@@ -32,7 +32,8 @@ import fnmatch
 
 import importlib
 
-from amqplens.contracts.base import TO_SERVER_CLIENT, Table
+from amqplens.contracts.base import Table
+from amqplens.contracts.values import TO_SERVER_CLIENT
 from amqplens.contracts.tables import ALL_TABLES
 
 # table -> column -> the values the contract allows (nulls are allowed where the column is nullable): the

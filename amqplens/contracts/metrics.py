@@ -9,7 +9,8 @@ TableStore replaces, so metrics are computed per capture.
 from __future__ import annotations
 
 from amqplens.contracts.base import Column as C
-from amqplens.contracts.base import CAPTURE_DATE, CAPTURE_ID, TO_FROM_BROKER, TO_SERVER_CLIENT, Table
+from amqplens.contracts.base import CAPTURE_DATE, CAPTURE_ID, Table
+from amqplens.contracts.values import TO_FROM_BROKER, TO_SERVER_CLIENT
 
 ENTITY_KINDS = "capture | connection | channel | consumer | link | session | queue | exchange | address"
 

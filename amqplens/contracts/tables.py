@@ -7,8 +7,9 @@ Regenerate the reference (docs/tables.md) and the golden files
 from __future__ import annotations
 
 from amqplens.contracts.base import Column as C
-from amqplens.contracts.base import CAPTURE_DATE, CAPTURE_ID, CLIENT_SERVER, DIALECTS, LOG_FORMATS, TO_FROM_BROKER, TO_SERVER_CLIENT, Table
+from amqplens.contracts.base import CAPTURE_DATE, CAPTURE_ID, Table
 from amqplens.contracts.metrics import METRIC_TABLES
+from amqplens.contracts.values import CLIENT_SERVER, DIALECTS, LOG_FORMATS, OUTCOMES, TO_FROM_BROKER, TO_SERVER_CLIENT
 
 # Columns of connections filled by the AMQP codecs (null for undecoded connections), then the TLS layer's.
 PROTOCOL_COLUMNS = (
@@ -322,12 +323,7 @@ DELIVERIES = Table(
             "0-9-1 publishes: confirmed, nacked_by_broker, returned, unconfirmed_at_close, sent (no confirms: settled on send), "
             "committed, rolled_back (tx); 0-9-1 deliveries: acked, nacked_requeue, nacked_drop, rejected_requeue, rejected_drop, "
             "auto_ack, recovered, requeued_on_close; 1.0: accepted, rejected, released, modified, received, settled (no state), "
-            "presettled, aborted, declared, transactional, unsettled_at_close; any: open_at_capture_end; trace rows: traced"), False, values=(
-            "confirmed", "nacked_by_broker", "returned", "unconfirmed_at_close", "sent", "committed", "rolled_back",
-            "acked", "nacked_requeue", "nacked_drop", "rejected_requeue", "rejected_drop", "auto_ack", "recovered",
-            "requeued_on_close", "accepted", "rejected", "released", "modified", "received", "settled", "presettled",
-            "aborted", "declared", "transactional", "unsettled_at_close", "open_at_capture_end", "traced",
-        )),
+            "presettled, aborted, declared, transactional, unsettled_at_close; any: open_at_capture_end; trace rows: traced"), False, values=OUTCOMES),
         C("settled_by_frame_id", "string", "the frame that settled it"),
         C("frame_ids", "array<string>", "every frame of the message (method/transfer, header, bodies)", False),
         C("flags", "array<string>", "anomalies: ack_of_unknown_tag, duplicate_tag, ..."),

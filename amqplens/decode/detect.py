@@ -9,17 +9,22 @@ header); ``detect_protocol_header`` names the published 0-9 and
 
 from __future__ import annotations
 
+from typing import Final
+
+from amqplens.contracts.values import Dialect
+
 AMQP = b"AMQP"
 HEADER_SIZE = 8
 
-# dialect names as the frames/connections tables spell them
-D0_8 = "0-8"
-D0_9 = "0-9"
-D0_9_1 = "0-9-1"
-D0_9_DRAFT = "0-9-draft"
-AMQP_FAST = "amqp-fast-0.9a5"
-D0_10 = "0-10"
-D1_0 = "1.0"
+# dialect names as the frames/connections tables spell them (the contracts' list: mypy holds these to it)
+D0_8: Final[Dialect] = "0-8"
+D0_9: Final[Dialect] = "0-9"
+D0_9_1: Final[Dialect] = "0-9-1"
+D0_9_DRAFT: Final[Dialect] = "0-9-draft"
+AMQP_FAST: Final[Dialect] = "amqp-fast-0.9a5"
+D0_10: Final[Dialect] = "0-10"
+D1_0: Final[Dialect] = "1.0"
+# the protocol headers of a 1.0 connection's SASL and TLS layers (not dialects of the tables)
 D1_0_SASL = "1.0-sasl"
 D1_0_TLS = "1.0-tls"
 

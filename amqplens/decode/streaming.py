@@ -17,6 +17,8 @@ same logic in every codec lives here:
 - ``StreamDecoderBase``: ``data``/``gap``/``close`` that never raise (a decoder
   bug becomes an ``internal_error`` row that keeps the byte accounting), the
   drains, ``on_error``, the common connection facts and frame rows;
+- ``MessageTrackerBase``: the open messages of one direction, numbered per
+  channel or link (0-9-1's content, 1.0's transfers);
 - ``decode_both``: a whole connection in one call (for tests and tools).
 
 Every byte fed ends up in exactly one frame or one error region, so per
@@ -29,14 +31,19 @@ import collections
 import hashlib
 import re
 from collections.abc import Callable
-from typing import Any, ClassVar, Protocol, cast
+from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar, cast
 
 from amqplens.decode.errors import FrameError
 from amqplens.decode.detect import AMQP, HEADER_SIZE, could_be_header
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionRecord, StreamConsumer
 
 START, SYNCED, RESYNC, OPAQUE = "start", "synced", "resync", "opaque"
+MAX_FRAME_SIZE = 128 << 20  # hard cap on any frame: no real peer negotiates more; a bigger claim is an error, never a buffer
+RESYNC_MAX_FRAME = 1 << 20  # largest frame believed while searching, when the peers' frame limit is not known
+MAX_ERROR_BYTES = 4096  # raw bytes one error row keeps (its sha256 covers them all)
 YES, NO, WAIT = 1, 0, -1
+K = TypeVar("K")  # a message tracker's key: a channel, a link
+M = TypeVar("M")  # its open message
 _REASON = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a decode_error's machine-readable part, before ": "
 
 
@@ -341,13 +348,52 @@ class Codec(StreamConsumer, Protocol):
     def connection_facts(self) -> dict: ...
 
 
+class MessageTrackerBase(Generic[K, M]):
+    """The open messages of one direction, by key (a channel, a link): each message gets a ``message_seq``,
+    0-based per key. ``completed`` and ``abandoned`` count the messages ended whole or cut short."""
+
+    def __init__(self, body_prefix_bytes: int = 0) -> None:
+        self.body_prefix_bytes = body_prefix_bytes
+        self._open: dict[K, M] = {}
+        self._next_seq: dict[K, int] = {}
+        self.completed = 0
+        self.abandoned = 0
+
+    def _number(self, key: K) -> int:
+        """The next message_seq of ``key``."""
+        seq = self._next_seq.get(key, 0)
+        self._next_seq[key] = seq + 1
+        return seq
+
+    def reset(self) -> None:
+        """Bytes went missing: no open message can be completed correctly."""
+        self.abandoned += len(self._open)
+        self._open.clear()
+
+    @property
+    def open_messages(self) -> int:
+        return len(self._open)
+
+
+class FramedOptions(TypedDict, total=False):
+    """The options of a sized-frame codec (0-9-1 family, 1.0); ``StreamDecoderBase._init_framed`` gives the defaults."""
+
+    max_frame_size: int
+    resync_max_frame: int
+    max_error_bytes: int
+    body_prefix_bytes: int
+    redact: bool
+    redaction_key: bytes | None
+
+
 class StreamDecoderBase:
     """The ``StreamConsumer`` plumbing of a codec's per-connection decoder.
 
     ``data``/``gap``/``close`` never raise: a decoder bug becomes one
     ``internal_error`` row for the bytes of that direction not yet accounted,
     and the rest of the direction is kept raw. A subclass calls
-    ``_init_streams(connection_id, framers[, trackers])``, sets ``FRAME_TEMPLATE`` and
+    ``_init_streams(connection_id, framers[, trackers])`` (or ``_init_framed``, for a codec of sized frames
+    with its ``FramedOptions``), sets ``FRAME_TEMPLATE`` and
     ``dialect``, and may define the hooks ``_reset_direction`` (after a gap),
     ``_close_content`` (at close), ``_direction_facts``, ``_may_hold_secret``
     and ``_facts_dict`` (where the connection facts are kept). A codec that follows
@@ -362,6 +408,23 @@ class StreamDecoderBase:
     dialect: str
     redact: bool
     _facts: Any  # the codec's connection facts: a ConnectionFacts (``.facts``), or the facts dict itself
+
+    def _init_framed(
+        self, connection_id: str, framer: Callable[[str, Any, int], Any], tracker: Callable[[int], Any],
+        facts: Callable[[str, bytes | None, bool], Any], *, max_frame_size: int = MAX_FRAME_SIZE,
+        resync_max_frame: int = RESYNC_MAX_FRAME, max_error_bytes: int = MAX_ERROR_BYTES, body_prefix_bytes: int = 0,
+        redact: bool = True, redaction_key: bytes | None = None,
+    ) -> dict:
+        """``_init_streams`` for a codec of sized frames (``FramedOptions``): one ``framer(direction, self,
+        max_error_bytes)`` and one ``tracker(body_prefix_bytes)`` per direction, the frame limits, and the connection
+        facts ``facts(connection_id, redaction_key, redact)``. Returns the trackers by direction."""
+        trackers = {d: tracker(body_prefix_bytes) for d in (TO_SERVER, TO_CLIENT)}
+        self._init_streams(connection_id, {d: framer(d, self, max_error_bytes) for d in (TO_SERVER, TO_CLIENT)}, trackers)
+        self.max_frame_size = max_frame_size
+        self.resync_max_frame = resync_max_frame
+        self.redact = redact
+        self._facts = facts(connection_id, redaction_key, redact)
+        return trackers
 
     def _init_streams(self, connection_id: str, framers: dict, trackers: dict | None = None) -> None:
         self.connection_id = connection_id

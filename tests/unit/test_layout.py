@@ -20,6 +20,8 @@ PACKAGE = ROOT / "amqplens"
 PURE = ("amqplens.decode", "amqplens.lifecycle", "amqplens.logs")
 NOT_IN_PURE = ("pyspark", "delta", "deltalake", "great_expectations", "amqplens.contracts", "amqplens.lake", "amqplens.jobs",
                "amqplens.report", "amqplens.cli", "amqplens.session", "amqplens.config")
+# of the contracts, only the closed value lists (a leaf; the package's __init__ loads the tables on first use)
+PURE_MAY_IMPORT = ("amqplens.contracts", "amqplens.contracts.values")
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -150,7 +152,8 @@ def _under(name: str, prefixes) -> bool:
 
 def test_the_decoder_side_imports_no_spark_nor_lake_nor_jobs_in_its_source():
     graph = _imports(_modules())
-    bad = {m: sorted(t for t in edges if _under(t, NOT_IN_PURE)) for m, edges in graph.items() if _under(m, PURE)}
+    bad = {m: sorted(t for t in edges if _under(t, NOT_IN_PURE) and t not in PURE_MAY_IMPORT)
+           for m, edges in graph.items() if _under(m, PURE)}
     assert {m: b for m, b in bad.items() if b} == {}
 
 
@@ -158,7 +161,8 @@ def test_the_decoder_side_imports_no_spark_nor_lake_nor_jobs_when_run():
     mods = sorted(m for m in _modules() if _under(m, PURE) and not m.endswith(".warm"))
     code = ("import importlib, sys\n"
             f"for m in {mods!r}: importlib.import_module(m)\n"
-            f"bad = sorted(m for m in sys.modules if any(m == p or m.startswith(p + '.') for p in {NOT_IN_PURE!r}))\n"
+            f"bad = sorted(m for m in sys.modules if any(m == p or m.startswith(p + '.') for p in {NOT_IN_PURE!r})"
+            f" and m not in {PURE_MAY_IMPORT!r})\n"
             "print(len(sys.modules)); assert not bad, bad\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

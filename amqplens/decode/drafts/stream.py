@@ -21,12 +21,11 @@ from amqplens.decode.errors import FrameError
 from amqplens.decode.detect import describe, detect_protocol_header
 from amqplens.decode.drafts.framing import OPAQUE, SYNCED, DraftFramer
 from amqplens.decode.drafts.layouts import AMQP_FAST, D0_9_DRAFT, FAST_FRAME_TYPES, FRAME_TYPES, LAYOUTS
-from amqplens.decode.streaming import StreamDecoderBase, decode_both
+from amqplens.decode.streaming import MAX_ERROR_BYTES, StreamDecoderBase, decode_both
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
 from amqplens.decode.common.rows import to_json
 from amqplens.decode.v1_0.rows import FRAME_KEYS_1_0
 
-MAX_ERROR_BYTES = 4096
 MAX_CONTENT_DEPTH = 64  # structured content nests at most this deep: deeper is noise, not content
 FRAME_TEMPLATE = dict.fromkeys(FRAME_KEYS_1_0)
 # (method head, content header head) per dialect: seed 000 "Method Frames"/"The Content Header",

@@ -1,7 +1,6 @@
 """TCP reassembly: flow-sorted packet batches in, connections, gaps and stream bytes out."""
 
 from amqplens.decode.tcp.reassembly import (
-    ConnectionInfo,
     ReassemblyStats,
     TcpReassembler,
     connection_id,
@@ -9,6 +8,7 @@ from amqplens.decode.tcp.reassembly import (
 from amqplens.decode.tcp.records import (
     TO_CLIENT,
     TO_SERVER,
+    ConnectionInfo,
     ConnectionRecord,
     GapRecord,
     StreamConsumer,

@@ -27,7 +27,7 @@ from typing import Any, Callable, cast
 
 from amqplens.decode.capture.records import ACK, FIN, RST, SYN
 from amqplens.decode.tcp.columns import column_lists
-from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionRecord, GapRecord, StreamConsumer
+from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionInfo, ConnectionRecord, GapRecord, StreamConsumer
 from amqplens.decode.tcp.stream import M32, MAX_AHEAD, EmitGap, HalfStream
 
 AMQP_MAGIC = b"AMQP"
@@ -41,6 +41,9 @@ DEFAULT_REUSE_IDLE_US = 60_000_000
 # windows seen in practice and keeps 200 connections under 100 MiB.
 DEFAULT_HISTORY_BYTES = 256 * 1024
 _CONTROL = SYN | FIN | RST
+# the record's per-direction counts: column (before _to_server/_to_client) and the HalfStream attribute it reads
+_COUNTS = (("packets", "packets"), ("wire_bytes", "wire_bytes"), ("bytes", "next"), ("retransmitted_bytes", "retransmitted"),
+           ("out_of_order_bytes", "out_of_order"), ("missing_bytes", "missing"))
 # output held until selection: (half stream, offset, ts_us, data bytes or gap length, gap reason or None)
 _Held = tuple[HalfStream, int, int, Any, "str | None"]
 
@@ -52,23 +55,6 @@ def connection_id(
     ``capture_id|client_ip|client_port|server_ip|server_port|start_ts_us``."""
     key = f"{capture_id}|{client_ip}|{client_port}|{server_ip}|{server_port}|{start_ts_us}"
     return hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
-
-
-@dataclasses.dataclass(frozen=True)
-class ConnectionInfo:
-    """What ``consumer_factory`` learns about a connection when it is selected."""
-
-    connection_id: str
-    capture_id: str
-    client_ip: str
-    client_port: int
-    server_ip: str
-    server_port: int
-    ip_version: int
-    start_ts_us: int
-    syn_seen: bool
-    tls: bool  # as far as known at selection (the port, the first bytes); final in the record
-    selected_by: str
 
 
 @dataclasses.dataclass
@@ -190,21 +176,7 @@ class TcpReassembler:
                 o.peer_ack = ack
             if pl:
                 if seq == s.nseq and not s.ooo_offs and not tr:
-                    # In order: HalfStream.deliver, inlined.
-                    off = s.next
-                    n = len(pl)
-                    s.next = off + n
-                    s.nseq = (seq + n) & M32
-                    s.hist_offs.append(off)
-                    s.hist_data.append(pl)
-                    s.hist_bytes += n
-                    if s.hist_bytes > s.hist_cap:
-                        s.trim_history()
-                    if s.head_open:
-                        s.take_head(pl)
-                    emit = s.emit
-                    if emit is not None:
-                        emit(off, ts, pl)
+                    s.deliver(s.next, pl, ts, False)  # in order: straight on
                 elif not s.segment(seq, pl, ts, bool(tr)):
                     self.stats.implausible_segments += 1
             elif tr:
@@ -490,17 +462,6 @@ class TcpReassembler:
             closed_by=closed_by,
             tls=self._tls(conn),
             selected_by=cast(str, conn.selected_by),  # set by _select
-            packets_to_server=c.packets,
-            packets_to_client=s.packets,
-            wire_bytes_to_server=c.wire_bytes,
-            wire_bytes_to_client=s.wire_bytes,
-            bytes_to_server=c.next,
-            bytes_to_client=s.next,
-            retransmitted_bytes_to_server=c.retransmitted,
-            retransmitted_bytes_to_client=s.retransmitted,
-            out_of_order_bytes_to_server=c.out_of_order,
-            out_of_order_bytes_to_client=s.out_of_order,
-            missing_bytes_to_server=c.missing,
-            missing_bytes_to_client=s.missing,
             overlap_conflicts=c.conflicts + s.conflicts,
+            **{f"{column}_{d}": getattr(h, attr) for d, h in ((TO_SERVER, c), (TO_CLIENT, s)) for column, attr in _COUNTS},
         )

@@ -18,15 +18,18 @@ Invariant per direction: sum(data lengths) + sum(gap lengths) = stream bytes.
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from typing import Final, Protocol
 
-TO_SERVER = "to_server"
-TO_CLIENT = "to_client"
+from amqplens.contracts.values import TO_SERVER_CLIENT
+
+# the directions, as the contracts spell them (typed str: decoders index their per-direction dicts with plain text)
+TO_SERVER: Final[str] = TO_SERVER_CLIENT[0]
+TO_CLIENT: Final[str] = TO_SERVER_CLIENT[1]
 
 
-@dataclasses.dataclass
-class ConnectionRecord:
-    """One TCP connection, as the ``connections`` table's transport columns."""
+@dataclasses.dataclass(frozen=True)
+class ConnectionInfo:
+    """What ``consumer_factory`` learns about a connection when it is selected."""
 
     connection_id: str
     capture_id: str
@@ -36,13 +39,20 @@ class ConnectionRecord:
     server_port: int
     ip_version: int
     start_ts_us: int  # first packet of the connection
-    end_ts_us: int  # last packet of the connection
     syn_seen: bool
+    tls: bool  # port configured as TLS (5671) or the stream opens with a TLS record (at selection: as far as known)
+    selected_by: str  # "port" | "sniff": why the flow was kept
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectionRecord(ConnectionInfo):
+    """One TCP connection, as the ``connections`` table's transport columns: what was known at selection, and
+    the rest once it ended (built with keywords)."""
+
+    end_ts_us: int  # last packet of the connection
     handshake_rtt_us: int | None  # SYN -> SYN/ACK -> ACK, when all three were seen
     end_reason: str  # "fin" | "rst" | "capture_end" | "port_reuse"
     closed_by: str | None  # "client" | "server" | None
-    tls: bool  # port configured as TLS (5671) or the stream opens with a TLS record
-    selected_by: str  # "port" | "sniff": why the flow was kept
     packets_to_server: int
     packets_to_client: int
     wire_bytes_to_server: int  # sum of link-layer frame lengths (like tshark conv)

@@ -158,7 +158,7 @@ class HalfStream:
         return True
 
     def deliver(self, off: int, data: bytes, ts_us: int, truncated: bool) -> None:
-        """Hand on bytes that start exactly at ``next`` (the inlined fast path mirrors this)."""
+        """Hand on bytes that start exactly at ``next``."""
         n = len(data)
         self.next = off + n
         self.nseq = (cast(int, self.nseq) + n) & M32  # set: bytes are placed only after it is

@@ -12,15 +12,4 @@ from amqplens.decode.v0_10.rows import ERROR_KEYS, FRAME_KEYS_0_10, KEYS_0_10
 from amqplens.decode.v0_10.stream import Amqp010StreamDecoder, decode_header, decode_method, decode_streams
 from amqplens.decode.v0_10.types import read_coded, read_field, read_struct
 
-__all__ = [
-    "Amqp010StreamDecoder",
-    "decode_streams",
-    "decode_method",
-    "decode_header",
-    "read_field",
-    "read_coded",
-    "read_struct",
-    "FRAME_KEYS_0_10",
-    "KEYS_0_10",
-    "ERROR_KEYS",
-]
+__all__ = ["Amqp010StreamDecoder", "decode_streams", "decode_method", "decode_header", "read_field", "read_coded", "read_struct", "FRAME_KEYS_0_10", "KEYS_0_10", "ERROR_KEYS"]

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from amqplens.decode.errors import FrameError
 from amqplens.decode.detect import D0_10, describe, detect_protocol_header
 from amqplens.decode.errors import DecodeError
-from amqplens.decode.streaming import StreamDecoderBase, decode_both
+from amqplens.decode.streaming import MAX_ERROR_BYTES, StreamDecoderBase, decode_both
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
 from amqplens.decode.v0_10 import spec
 from amqplens.decode.v0_10.facts import ConnectionFacts
@@ -32,7 +32,6 @@ from amqplens.decode.v0_10.spec_types import Method
 from amqplens.decode.v0_10.segments import BODY, COMMAND, CONTROL, HEADER, SEGMENT_TYPES, ChannelState
 from amqplens.decode.v0_10.types import read_packed, read_struct, READERS
 
-MAX_ERROR_BYTES = 4096  # raw bytes one error row keeps (its sha256 covers them all)
 METHOD_PACK = 2  # controls and commands carry 2 octets of packing flags
 _TABLES: dict[int, Mapping[tuple[int, int], Method]] = {CONTROL: spec.CONTROLS, COMMAND: spec.COMMANDS}
 _SECRETS = frozenset({("connection", "start-ok"), ("connection", "secure-ok")})

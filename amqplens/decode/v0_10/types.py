@@ -139,24 +139,25 @@ def _map(buf, off, depth):
 
 
 def _list(buf, off, depth):
-    depth = _enter(depth, off)
-    raw, end = _sized(buf, off, 4)
-    out, pos = [], 4
-    for _ in range(_count(raw, off)):
-        _need(raw, pos, 1)
-        value, pos = read_coded(raw[pos], raw, pos + 1, depth)
-        out.append(value)
-    return out, end
+    return _values(buf, off, depth, False)
 
 
 def _array(buf, off, depth):
+    return _values(buf, off, depth, True)
+
+
+def _values(buf, off, depth, one_type: bool):
+    """A list (each value with its type code) or an array (one type code before the count, for every value)."""
     depth = _enter(depth, off)
     raw, end = _sized(buf, off, 4)
-    _need(raw, 0, 1)
-    code = raw[0]
-    out, pos = [], 5
-    for _ in range(_count(raw[1:], off)):
-        value, pos = read_coded(code, raw, pos, depth)
+    if one_type:
+        _need(raw, 0, 1)
+    out, pos = [], 4 + one_type
+    for _ in range(_count(raw[1:] if one_type else raw, off)):
+        if not one_type:
+            _need(raw, pos, 1)
+            pos += 1
+        value, pos = read_coded(raw[0] if one_type else raw[pos - 1], raw, pos, depth)
         out.append(value)
     return out, end
 

@@ -11,9 +11,11 @@ channel and direction); the frame that completes it carries ``body_sha256``.
 """
 
 from __future__ import annotations
-from amqplens.decode.errors import FrameError
 
 import hashlib
+
+from amqplens.decode.errors import FrameError
+from amqplens.decode.streaming import MessageTrackerBase
 
 
 class _Message:
@@ -28,22 +30,14 @@ class _Message:
         self.prefix = bytearray()
 
 
-class ContentTracker:
-    """Open messages of one direction, by channel."""
-
-    def __init__(self, body_prefix_bytes: int = 0) -> None:
-        self.body_prefix_bytes = body_prefix_bytes
-        self._open: dict[int, _Message] = {}
-        self._next_seq: dict[int, int] = {}
-        self.completed = 0
-        self.abandoned = 0  # messages cut short by a new method, a gap or the end
+class ContentTracker(MessageTrackerBase[int, _Message]):
+    """Open messages of one direction, by channel; ``abandoned`` counts those cut short by a new method, a gap or
+    the end."""
 
     def _start(self, channel: int, class_id: int | None) -> _Message:
         if channel in self._open:
             self.abandoned += 1
-        seq = self._next_seq.get(channel, 0)
-        self._next_seq[channel] = seq + 1
-        msg = self._open[channel] = _Message(seq, class_id)
+        msg = self._open[channel] = _Message(self._number(channel), class_id)
         return msg
 
     def on_method(self, channel: int, class_id: int, has_content: bool) -> int | None:
@@ -90,12 +84,3 @@ class ContentTracker:
         del self._open[channel]
         self.completed += 1
         return msg.hasher.hexdigest(), bytes(msg.prefix) if self.body_prefix_bytes else None
-
-    def reset(self) -> None:
-        """Bytes went missing: no open message can be completed correctly."""
-        self.abandoned += len(self._open)
-        self._open.clear()
-
-    @property
-    def open_messages(self) -> int:
-        return len(self._open)

@@ -16,12 +16,12 @@ Nothing raises out of ``data``/``gap``/``close``: bad bytes become error rows
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Unpack, cast
 
 from amqplens.decode.errors import FrameError
 from amqplens.decode.detect import D0_8, D0_9_1, FAMILY_0_9_1, describe, detect_protocol_header
-from amqplens.decode.streaming import StreamDecoderBase, decode_both
-from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
+from amqplens.decode.streaming import FramedOptions, StreamDecoderBase, decode_both
+from amqplens.decode.tcp.records import TO_SERVER
 from amqplens.decode.v0_9_1.content import ContentTracker
 from amqplens.decode.v0_9_1.facts import FACT_CLASSES, ConnectionFacts
 from amqplens.decode.v0_9_1.spec_types import MethodSpec
@@ -32,9 +32,6 @@ from amqplens.decode.v0_9_1.hotpath import MIN_BYTES, FrameBatch, HotBuilder, Ho
 from amqplens.decode.v0_9_1.primitives import CONTENT_HEADER, METHOD_IDS
 from amqplens.decode.v0_9_1.rows import FRAME_TEMPLATE, promote, to_json
 
-MAX_FRAME_SIZE = 128 << 20  # no real peer negotiates more; a bigger claim is an error, never a buffer
-RESYNC_MAX_FRAME = 1 << 20  # largest frame believed while searching, when frame_max is not known
-MAX_ERROR_BYTES = 4096  # raw bytes one error row keeps (its sha256 covers them all)
 # method ids (class 10) whose frames carry secrets: start-ok, secure-ok, update-secret
 _SECRET_METHODS = (b"\x00\x0a\x00\x0b", b"\x00\x0a\x00\x15", b"\x00\x0a\x00\x46")
 
@@ -55,29 +52,14 @@ class Amqp091StreamDecoder(StreamDecoderBase):
     EMPTY_INTERNAL_ERROR_ROWS = True
 
     def __init__(
-        self,
-        connection_id: str,
-        *,
-        dialect: str | None = None,
-        field_table_letters: str = RABBITMQ,
-        max_frame_size: int = MAX_FRAME_SIZE,
-        resync_max_frame: int = RESYNC_MAX_FRAME,
-        max_error_bytes: int = MAX_ERROR_BYTES,
-        body_prefix_bytes: int = 0,
-        redact: bool = True,
-        redaction_key: bytes | None = None,
-        compiled: bool = False,
+        self, connection_id: str, *, dialect: str | None = None, field_table_letters: str = RABBITMQ,
+        compiled: bool = False, **options: Unpack[FramedOptions],
     ) -> None:
         if dialect is not None and dialect not in FAMILY_0_9_1:
             raise ValueError(f"dialect must be one of {sorted(FAMILY_0_9_1)}, not {dialect!r}")
-        self._content = {d: ContentTracker(body_prefix_bytes) for d in (TO_SERVER, TO_CLIENT)}
-        self._init_streams(connection_id, {d: DirectionFramer(d, self, max_error_bytes) for d in (TO_SERVER, TO_CLIENT)}, self._content)
+        self._content = self._init_framed(connection_id, DirectionFramer, ContentTracker, ConnectionFacts, **options)
         self.letters = field_table_letters
-        self.max_frame_size = max_frame_size
-        self.resync_max_frame = resync_max_frame
-        self.redact = redact
         self.forced_dialect = dialect
-        self._facts = ConnectionFacts(connection_id, redaction_key, redact)
         self._set_dialect(dialect or D0_9_1, "forced" if dialect else None)
         self._secrets_end: int | None = None  # to_server offset after which no SASL response follows
         self.hot_kernel = load_kernel() if compiled else None

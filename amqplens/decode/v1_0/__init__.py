@@ -12,15 +12,4 @@ from amqplens.decode.v1_0.rows import ERROR_KEYS, FRAME_KEYS_1_0
 from amqplens.decode.v1_0.stream import Amqp10StreamDecoder, decode_streams
 from amqplens.decode.v1_0.types import AmqpDecimal, Described, Symbol, Timestamp, decode, extent
 
-__all__ = [
-    "Amqp10StreamDecoder",
-    "decode_streams",
-    "decode",
-    "extent",
-    "Described",
-    "Symbol",
-    "Timestamp",
-    "AmqpDecimal",
-    "FRAME_KEYS_1_0",
-    "ERROR_KEYS",
-]
+__all__ = ["Amqp10StreamDecoder", "decode_streams", "decode", "extent", "Described", "Symbol", "Timestamp", "AmqpDecimal", "FRAME_KEYS_1_0", "ERROR_KEYS"]

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import hashlib
 
-from amqplens.decode.errors import FrameError
-from amqplens.decode.errors import DecodeError, Truncated
+from amqplens.decode.errors import DecodeError, FrameError, Truncated
+from amqplens.decode.streaming import MessageTrackerBase
 from amqplens.decode.v1_0.composites import COMPOSITE, NAMES, code_of, fields
 from amqplens.decode.v1_0.types import decode, extent
 
@@ -48,15 +48,12 @@ class _Message:
         self.error: str | None = None
 
 
-class MessageTracker:
-    """The open messages of one direction, by link."""
+class MessageTracker(MessageTrackerBase[tuple, _Message]):
+    """The open messages of one direction, by link; ``abandoned`` counts those aborted, or cut short by a gap or
+    the end."""
 
     def __init__(self, body_prefix_bytes: int = 0) -> None:
-        self.body_prefix_bytes = body_prefix_bytes
-        self._open: dict[tuple, _Message] = {}
-        self._next_seq: dict[tuple, int] = {}
-        self.completed = 0
-        self.abandoned = 0  # aborted, or cut short by a gap or the end
+        super().__init__(body_prefix_bytes)
         self.orphans = 0  # continuation transfers of deliveries whose start was not seen
 
     def on_transfer(self, link: tuple, delivery_id, delivery_tag, more, aborted, payload: memoryview):
@@ -72,9 +69,7 @@ class MessageTracker:
             self.orphans += 1
             return None, None, None, None
         if msg is None:
-            seq = self._next_seq.get(link, 0)
-            self._next_seq[link] = seq + 1
-            msg = self._open[link] = _Message(seq, delivery_id)
+            msg = self._open[link] = _Message(self._number(link), delivery_id)
         elif delivery_id is not None and msg.delivery_id is not None and delivery_id != msg.delivery_id:
             error = FrameError("delivery_id_mismatch", f"continuation transfer says {delivery_id}, the delivery's first said {msg.delivery_id}")
         if aborted is True:  # §2.7.5: aborted wins over more; the payload and what came before are discarded
@@ -93,15 +88,6 @@ class MessageTracker:
             msg.sections["body"] = msg.body
         completion = (msg.sections, msg.body_size, msg.hasher.hexdigest(), bytes(msg.prefix) if self.body_prefix_bytes else None)
         return msg.seq, msg.delivery_id, completion, error or msg.error
-
-    def reset(self) -> None:
-        """Bytes went missing: no open message can be completed correctly."""
-        self.abandoned += len(self._open)
-        self._open.clear()
-
-    @property
-    def open_messages(self) -> int:
-        return len(self._open)
 
     # -- sections ------------------------------------------------------------------------
     def _feed(self, msg: _Message, data: memoryview) -> None:

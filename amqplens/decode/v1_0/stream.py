@@ -16,12 +16,12 @@ Nothing raises out of ``data``/``gap``/``close``: bad bytes become error rows
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Unpack, cast
 
 from amqplens.decode.errors import FrameError
 from amqplens.decode.detect import D1_0, D1_0_SASL, D1_0_TLS, describe, detect_protocol_header
 from amqplens.decode.errors import DecodeError
-from amqplens.decode.streaming import StreamDecoderBase, decode_both
+from amqplens.decode.streaming import FramedOptions, StreamDecoderBase, decode_both
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
 from amqplens.decode.v1_0.composites import NAMES, PERFORMATIVES, SASL_FRAMES, code_of, fields, to_json
 from amqplens.decode.v1_0.facts import ConnectionFacts
@@ -30,9 +30,6 @@ from amqplens.decode.v1_0.messages import MessageTracker
 from amqplens.decode.v1_0.rows import FRAME_TEMPLATE, promote
 from amqplens.decode.v1_0.types import Described, decode
 
-MAX_FRAME_SIZE = 128 << 20  # hard cap: no real peer negotiates more; a bigger claim is an error, never a buffer
-RESYNC_MAX_FRAME = 1 << 20  # largest frame believed while searching, when no max-frame-size is known
-MAX_ERROR_BYTES = 4096  # raw bytes one error row keeps (its sha256 covers them all)
 MIN_MAX_FRAME_SIZE = 512  # Part 2 §2.7.1: no peer may announce less
 # sasl-init and sasl-response performatives as they start on the wire (smallulong, ulong, symbol descriptors)
 _SECRET_MARKERS = (b"\x00\x53\x41", b"\x00\x53\x43", b"\x00\x80\x00\x00\x00\x00\x00\x00\x00\x41",
@@ -52,24 +49,9 @@ class Amqp10StreamDecoder(StreamDecoderBase):
 
     FRAME_TEMPLATE = FRAME_TEMPLATE
 
-    def __init__(
-        self,
-        connection_id: str,
-        *,
-        max_frame_size: int = MAX_FRAME_SIZE,
-        resync_max_frame: int = RESYNC_MAX_FRAME,
-        max_error_bytes: int = MAX_ERROR_BYTES,
-        body_prefix_bytes: int = 0,
-        redact: bool = True,
-        redaction_key: bytes | None = None,
-    ) -> None:
-        self._messages = {d: MessageTracker(body_prefix_bytes) for d in (TO_SERVER, TO_CLIENT)}
-        self._init_streams(connection_id, {d: DirectionFramer(d, self, max_error_bytes) for d in (TO_SERVER, TO_CLIENT)}, self._messages)
+    def __init__(self, connection_id: str, **options: Unpack[FramedOptions]) -> None:
+        self._messages = self._init_framed(connection_id, DirectionFramer, MessageTracker, ConnectionFacts, **options)
         self.dialect = D1_0
-        self.max_frame_size = max_frame_size
-        self.resync_max_frame = resync_max_frame
-        self.redact = redact
-        self._facts = ConnectionFacts(connection_id, redaction_key, redact)
         self._layer: dict[str, str | None] = {TO_SERVER: None, TO_CLIENT: None}
         self._secrets_end: int | None = None  # to_server offset after which no SASL frame follows
 
