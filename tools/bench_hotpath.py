@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from amqplens.decode import pipeline
 from amqplens.decode.codecs import DecodeOptions
-from amqplens.decode.tcp import TcpReassembler
+from amqplens.decode.api import reassemble
 from amqplens.decode.v0_9_1 import Amqp091StreamDecoder, hotpath
 
 
@@ -55,7 +55,7 @@ class _Record:
         pass
 
 
-def streams(table: pa.Table) -> list[_Record]:
+def streams(path: str) -> list[_Record]:
     """Every connection's consumer calls, as the reassembler makes them."""
     recorded: list[_Record] = []
 
@@ -63,10 +63,7 @@ def streams(table: pa.Table) -> list[_Record]:
         recorded.append(_Record(info))
         return recorded[-1]
 
-    r = TcpReassembler("bench", consumer_factory=factory)
-    for batch in table.filter(pc.equal(table.column("kind"), "packet")).to_batches(max_chunksize=8192):
-        r.feed_columns(batch)
-    r.finish()
+    reassemble(path, factory, capture_id="bench")
     return recorded
 
 
@@ -109,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     load = hotpath.available()
     print(f"numba hot path: {'loaded' if load else 'not available'} ({time.perf_counter() - t0:.2f}s, cache {hotpath.cache_dir()})")
     table = packets(args.capture)
-    recorded = streams(table)
+    recorded = streams(args.capture)
     same = True
     for measure, fn, paths in (("codec", lambda c: codec(recorded, c == "auto"), ("off", "auto")),
                                ("decode_flows", lambda c: decode(table, c), ("off", "auto"))):  # fmt: skip

@@ -306,8 +306,7 @@ class _Recorder:
 
 
 def _streams_of(path: pathlib.Path) -> list[dict]:
-    from amqplens.decode.capture import read_capture
-    from amqplens.decode.tcp import TcpReassembler
+    from amqplens.decode.api import reassemble
 
     recorders: list[_Recorder] = []
 
@@ -315,14 +314,7 @@ def _streams_of(path: pathlib.Path) -> list[dict]:
         recorders.append(_Recorder())
         return recorders[-1]
 
-    merged: dict[str, list] = {}
-    for batch in read_capture(str(path), "seed"):
-        for name, values in batch.items():
-            merged.setdefault(name, []).extend(values)
-    order = sorted(range(len(merged.get("ts_us", []))), key=lambda i: (merged["flow_key"][i], merged["ts_us"][i], merged["record_offset"][i]))
-    reassembler = TcpReassembler("seed", consumer_factory=factory)
-    reassembler.feed_columns({name: [values[i] for i in order] for name, values in merged.items()})
-    reassembler.finish()
+    reassemble(path, factory, capture_id="seed")
     return [r.streams for r in recorders]
 
 

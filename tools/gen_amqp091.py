@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ET
 if __package__ in (None, ""):  # run as a script (python tools/gen_....py): the repository, for tools.gen_common
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tools import gen_common  # noqa: E402
-from tools.gen_common import record_lines  # noqa: E402
+from tools.gen_common import record_dict, record_lines  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_SPECS = ROOT / "specs"  # a copy of ../shared/specs (the AMQP working group XML, see specs/COPYRIGHT)
@@ -186,16 +186,12 @@ def render(dialect: str, source: str, spec: Spec, plain: Spec | None) -> str:
     lines.append("")
     lines += _lines_for_dict("CLASSES", spec.classes, comment="class id -> class name")
     lines.append("")
-    lines += [
-        "# class_id << 16 | method_id -> MethodSpec(class name, method name, synchronous, has content,",
-        "#     ((field, wire type), ...) in wire order, (response method keys, ...))",
-        "METHODS: dict[int, MethodSpec] = {",
-    ]
-    for key in sorted(spec.methods):
-        cname, mname, sync, content, fields, responses = spec.methods[key]
-        lines += record_lines(f"0x{key:08X}", "MethodSpec", f"{cname}.{mname}", [cname, mname, sync, content], fields,
-                              ["(" + "".join(f"0x{r:08X}, " for r in responses).rstrip() + ")"])
-    lines.append("}")
+    lines += record_dict("METHODS", "MethodSpec", (
+        "class_id << 16 | method_id -> MethodSpec(class name, method name, synchronous, has content,",
+        "    ((field, wire type), ...) in wire order, (response method keys, ...))"), (
+        record_lines(f"0x{key:08X}", "MethodSpec", f"{c}.{m}", [c, m, sync, content], fields,
+                     ["(" + "".join(f"0x{r:08X}, " for r in responses).rstrip() + ")"])
+        for key, (c, m, sync, content, fields, responses) in sorted(spec.methods.items())))
     lines.append("")
     lines.append("# class id -> ((property, wire type), ...) in property-flag order (bit 15 of the first word first)")
     lines.append("PROPERTIES = {")

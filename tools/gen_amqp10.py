@@ -21,7 +21,7 @@ import xml.etree.ElementTree as ET
 if __package__ in (None, ""):  # run as a script (python tools/gen_....py): the repository, for tools.gen_common
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tools import gen_common  # noqa: E402
-from tools.gen_common import record_lines  # noqa: E402
+from tools.gen_common import record_dict, record_lines  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_SPECS = ROOT / "specs" / "1-0"  # a copy of ../shared/specs/1-0
@@ -143,15 +143,11 @@ def render(spec: Spec) -> str:
         lines.append("    },")
     lines.append("}")
     lines.append("")
-    lines += [
-        "# numeric descriptor (domain << 32 | id) -> Described(name, symbolic descriptor, class, source,",
-        "#     provides, ((field, type, multiple, mandatory, default, requires), ...) in list order)",
-        "DESCRIBED: dict[int, Described] = {",
-    ]
-    for code in sorted(spec.described):
-        name, symbol, cls, source, provides, fields = spec.described[code]
-        lines += record_lines(f"0x{code:02X}", "Described", name, [name, symbol, cls, source, provides], fields)
-    lines.append("}")
+    lines += record_dict("DESCRIBED", "Described", (
+        "numeric descriptor (domain << 32 | id) -> Described(name, symbolic descriptor, class, source,",
+        "    provides, ((field, type, multiple, mandatory, default, requires), ...) in list order)"), (
+        record_lines(f"0x{code:02X}", "Described", name, [name, symbol, cls, source, provides], fields)
+        for code, (name, symbol, cls, source, provides, fields) in sorted(spec.described.items())))
     lines.append("")
     lines.append("# symbolic descriptor -> numeric descriptor")
     lines.append("SYMBOLS = {")

@@ -381,6 +381,13 @@ class _Generator:
         return conns
 
     # -- frame helpers --------------------------------------------------------
+    def _acks(self, channel: int, tags: list[int], multiple: bool) -> list[bytes]:
+        """basic.ack frames (counted) for ``tags``: one with multiple set for the last, or one per tag."""
+        frames = [self.ff.ack(channel, tags[-1], True)] if multiple else [self.ff.ack(channel, tag, False) for tag in tags]
+        for f in frames:
+            self._count_method(f)
+        return frames
+
     def _count_method(self, frame: bytes) -> None:
         """Count a marshalled method frame under its (class, method) index (payload octets 0-3)."""
         self.frames_by_type["method"] += 1
@@ -555,15 +562,8 @@ class _Generator:
             f = ff.nack(n, tags[-1], len(tags) > 1, True)
             self._count_method(f)
             conf.append(f)
-        elif len(tags) > 1 and r < 0.55:
-            f = ff.ack(n, tags[-1], True)
-            self._count_method(f)
-            conf.append(f)
         else:
-            for tag in tags:
-                f = ff.ack(n, tag, False)
-                self._count_method(f)
-                conf.append(f)
+            conf += self._acks(n, tags, multiple=len(tags) > 1 and r < 0.55)
         ch.unconfirmed = []
         t = self.send(u, t, conn, False, b"".join(conf))
         return u, t
@@ -601,15 +601,7 @@ class _Generator:
                     self.requeue(ch, [ch.held[tags[0]]])
                 tags = tags[1:]
             if tags:
-                if len(tags) > 1 and rng.random() < 0.5:
-                    f = ff.ack(n, tags[-1], True)
-                    self._count_method(f)
-                    acks.append(f)
-                else:
-                    for tag in tags:
-                        f = ff.ack(n, tag, False)
-                        self._count_method(f)
-                        acks.append(f)
+                acks += self._acks(n, tags, multiple=len(tags) > 1 and rng.random() < 0.5)
             ch.unacked = []
             ch.held.clear()
             t = self.send(u, t, conn, True, b"".join(acks))
@@ -918,12 +910,16 @@ def main(argv: list[str] | None = None) -> int:
     truth = generate(a.out, a.size_mb, seed=a.seed, connections=a.connections, lanes=a.lanes,
                      large_fraction=a.large_fraction, frame_max_choices=a.frame_max,
                      sidecar=not a.no_sidecar)
-    dt = time.perf_counter() - t
-    mb = truth["file_bytes"] / MB
-    print(f"{a.out}: {mb:.1f} MB, {truth['packets']} packets, {len(truth['connections'])} connections, "
-          f"{truth['frames_total']} frames, {truth['messages_published']} published / "
-          f"{truth['messages_delivered']} delivered, in {dt:.1f} s ({mb / dt:.1f} MB/s)", file=sys.stderr)
+    print(summary(a.out, truth, time.perf_counter() - t), file=sys.stderr)
     return 0
+
+
+def summary(out: str, truth: dict, seconds: float) -> str:
+    """One line on a written capture, from its ground truth."""
+    mb = truth["file_bytes"] / MB
+    return (f"{out}: {mb:.1f} MB, {truth['packets']} packets, {len(truth['connections'])} connections, "
+            f"{truth['frames_total']} frames, {truth['messages_published']} published / "
+            f"{truth['messages_delivered']} delivered, in {seconds:.1f} s ({mb / max(seconds, 1e-9):.1f} MB/s)")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,11 @@ def record_lines(key: str, record: str, comment: str, head: list, fields: tuple,
     return lines + [f"        {t}," for t in tail] + ["    ),"]
 
 
+def record_dict(name: str, record: str, comment: tuple[str, ...], entries) -> list[str]:
+    """A generated ``name: dict[int, record]`` after its comment lines, one entry (``record_lines``) per item."""
+    return [*(f"# {c}" for c in comment), f"{name}: dict[int, {record}] = {{", *(line for e in entries for line in e), "}"]
+
+
 def main(doc: str, generate, default_specs, default_out, argv: list[str] | None = None) -> int:
     """A generator's command line: ``--specs DIR --out DIR``; prints the files ``generate(specs, out)`` wrote."""
     import argparse

@@ -37,7 +37,7 @@ import heapq
 import sys
 import time
 
-from tools.gen_capture import MB, _Channel, _Conn, _Generator, generate
+from tools.gen_capture import _Channel, _Conn, _Generator, generate, summary
 
 HOT_KEY = "orders.created.eu"
 HOT_SHARE = 0.45
@@ -184,9 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     t = time.perf_counter()
     truth = generate_load(a.out, a.size_mb, profile=a.profile, seed=a.seed)
-    print(f"{a.out}: {truth['file_bytes'] / MB:.1f} MB, {truth['packets']} packets, {len(truth['connections'])} connections, "
-          f"{truth['frames_total']} frames, {truth['messages_published']} published / {truth['messages_delivered']} "
-          f"delivered, in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    print(summary(a.out, truth, time.perf_counter() - t), file=sys.stderr)
     return 0
 
 

@@ -42,9 +42,8 @@ METRICS_LATENCY = Table(
     key=("metric_row_id",),
     columns=(
         *_LEADING,
-        C("metric", "string", "publish_confirm | deliver_settle | transfer_settle | request_response | tcp_handshake | "
-          "amqp_handshake | end_to_end (see the metric definitions)", False, values=("publish_confirm", "deliver_settle", "transfer_settle", "request_response", "tcp_handshake",
-                   "amqp_handshake", "end_to_end")),
+        C("metric", "string", "what was timed (see the metric definitions)", False, values=(
+            "publish_confirm", "deliver_settle", "transfer_settle", "request_response", "tcp_handshake", "amqp_handshake", "end_to_end")),
         C("direction", "string", "to_broker | from_broker, for settle latencies", values=TO_FROM_BROKER),
         C("method", "string", "publish | deliver | get-ok | transfer, or the request (queue.declare, attach, ...)"),
         C("count", "int64", "values measured", False),
@@ -88,9 +87,9 @@ METRICS_FLOW = Table(
     key=("metric_row_id",),
     columns=(
         *_LEADING,
-        C("metric", "string", "prefetch_utilisation | prefetch_utilisation_max | at_prefetch_limit_us | blocked_us | flow_off_us | "
-          "zero_credit_us | zero_window_us | heartbeats_sent | heartbeat_interval_s | missed_heartbeats", False, values=("prefetch_utilisation", "prefetch_utilisation_max", "at_prefetch_limit_us", "blocked_us", "flow_off_us",
-                   "zero_credit_us", "zero_window_us", "heartbeats_sent", "heartbeat_interval_s", "missed_heartbeats")),
+        C("metric", "string", "the flow-control measure; the name ends with its unit (us, s) unless it is a ratio or a count",
+          False, values=("prefetch_utilisation", "prefetch_utilisation_max", "at_prefetch_limit_us", "blocked_us", "flow_off_us",
+                         "zero_credit_us", "zero_window_us", "heartbeats_sent", "heartbeat_interval_s", "missed_heartbeats")),
         C("direction", "string", "to_server | to_client for heartbeat metrics (who sent)", values=TO_SERVER_CLIENT),
         C("value", "double", "the value, in the unit the metric name ends with (us, s) or a ratio / count", False),
         C("observed_us", "int64", "time of the bucket the entity's state was known (the denominator of time shares)"),

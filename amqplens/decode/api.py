@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from amqplens.decode.capture import CaptureErrorRecord, SplitResult, SplitStats, read_capture
 from amqplens.decode.codecs import DecodeOptions, DecodingConsumer
-from amqplens.decode.tcp import ConnectionRecord, GapRecord, TcpReassembler
+from amqplens.decode.tcp import ConnectionInfo, ConnectionRecord, GapRecord, StreamConsumer, TcpReassembler
 
 
 @dataclasses.dataclass
@@ -107,6 +107,21 @@ def read_packets(path: str | os.PathLike, capture_id: str = "capture") -> tuple[
     return {name: [values[i] for i in order] for name, values in merged.items()}, reader
 
 
+def reassemble(path: str | os.PathLike, consumer_factory: Callable[[ConnectionInfo], StreamConsumer | None], *,
+               amqp_ports: tuple[int, ...] = (5672,), tls_ports: tuple[int, ...] = (5671,), sniff: bool = True,
+               capture_id: str = "capture") -> tuple[TcpReassembler, SplitResult]:
+    """The capture's TCP streams, without a codec: every connection the flow selection keeps gets a consumer from
+    ``consumer_factory`` (``None``: not followed) and its in-order bytes and gaps (``StreamConsumer``), as in the job.
+    Returns the finished reassembler (``drain_connections``, ``drain_gaps``) and the reader (``stats``, ``errors``)."""
+    packets, reader = read_packets(path, capture_id)
+    reassembler = TcpReassembler(capture_id, amqp_ports=amqp_ports, tls_ports=tls_ports, sniff=sniff,
+                                 consumer_factory=consumer_factory)
+    if packets:  # a file with no packet (empty, or no capture) has no columns
+        reassembler.feed_columns(packets)
+    reassembler.finish()
+    return reassembler, reader
+
+
 def decode_capture(path: str | os.PathLike, *, amqp_ports: tuple[int, ...] = (5672,), tls_ports: tuple[int, ...] = (5671,),
                    sniff: bool = True, options: DecodeOptions | None = None, tls: bool = True,
                    capture_id: str = "capture") -> DecodedCapture:
@@ -119,17 +134,13 @@ def decode_capture(path: str | os.PathLike, *, amqp_ports: tuple[int, ...] = (56
     options = options or DecodeOptions()
     consumers: dict[str, _Recorder] = {}
 
-    def factory(info) -> _Recorder | None:
+    def factory(info: ConnectionInfo) -> _Recorder | None:
         if info.tls and not tls:
             return None
         consumers[info.connection_id] = _Recorder(info.connection_id, options, info.tls)
         return consumers[info.connection_id]
 
-    packets, reader = read_packets(path, capture_id)
-    reassembler = TcpReassembler(capture_id, amqp_ports=amqp_ports, tls_ports=tls_ports, sniff=sniff, consumer_factory=factory)
-    if packets:  # a file with no packet (empty, or no capture) has no columns
-        reassembler.feed_columns(packets)
-    reassembler.finish()
+    reassembler, reader = reassemble(path, factory, amqp_ports=amqp_ports, tls_ports=tls_ports, sniff=sniff, capture_id=capture_id)
     connections = []
     for record in reassembler.drain_connections():
         c = consumers.get(record.connection_id)

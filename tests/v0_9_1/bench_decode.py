@@ -23,19 +23,22 @@ def synthetic(messages: int) -> bytes:
     return e.protocol_header() + one * messages
 
 
-def main(messages: int = 100_000, segment: int = 65536) -> None:
-    data = synthetic(messages)
-    dec = Amqp091StreamDecoder("bench")
+def measure(decoder, data: bytes, segment: int) -> None:
+    """Feed ``data`` to ``decoder`` as one to_server stream in ``segment``-byte pieces and print the rate."""
     t0 = time.perf_counter()
     frames = 0
     for off in range(0, len(data), segment):
-        dec.data("to_server", off, off, data[off : off + segment])
-        frames += len(dec.drain_frames())
-    dec.close()
-    frames += len(dec.drain_frames())
+        decoder.data("to_server", off, off, data[off : off + segment])
+        frames += len(decoder.drain_frames())
+    decoder.close()
+    frames += len(decoder.drain_frames())
     dt = time.perf_counter() - t0
-    assert not dec.drain_errors()
+    assert not decoder.drain_errors()
     print(f"{frames} frames, {len(data) / 1e6:.1f} MB in {dt:.2f} s: {frames / dt:,.0f} frames/s, {len(data) / dt / 1e6:.2f} MB/s")
+
+
+def main(messages: int = 100_000, segment: int = 65536) -> None:
+    measure(Amqp091StreamDecoder("bench"), synthetic(messages), segment)
 
 
 if __name__ == "__main__":

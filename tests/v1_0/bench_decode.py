@@ -10,9 +10,9 @@ message-format) carrying header, properties, application-properties and a
 from __future__ import annotations
 
 import sys
-import time
 
 from amqplens.decode.v1_0 import Amqp10StreamDecoder
+from tests.v0_9_1.bench_decode import measure
 
 from . import encoder as E
 
@@ -33,18 +33,7 @@ def synthetic(messages: int) -> bytes:
 
 
 def main(messages: int = 100_000, segment: int = 65536) -> None:
-    data = synthetic(messages)
-    dec = Amqp10StreamDecoder("bench")
-    t0 = time.perf_counter()
-    frames = 0
-    for off in range(0, len(data), segment):
-        dec.data("to_server", off, off, data[off : off + segment])
-        frames += len(dec.drain_frames())
-    dec.close()
-    frames += len(dec.drain_frames())
-    dt = time.perf_counter() - t0
-    assert not dec.drain_errors()
-    print(f"{frames} frames, {len(data) / 1e6:.1f} MB in {dt:.2f} s: {frames / dt:,.0f} frames/s, {len(data) / dt / 1e6:.2f} MB/s")
+    measure(Amqp10StreamDecoder("bench"), synthetic(messages), segment)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,6 @@ from amqplens.decode.common.facts import text as _text
 from amqplens.decode.v0_9_1.facts import ConnectionFacts as _Base, sasl_user
 from amqplens.decode.common.rows import to_json
 
-_SIDE = {"to_server": "client", "to_client": "server"}
-
 
 def _names(value) -> str | None:
     """A str16-array of names as the 0-9-1 facts spell them: space separated."""
@@ -27,6 +25,8 @@ def _names(value) -> str | None:
 
 
 class ConnectionFacts(_Base):
+    TUNE_OK_ARGS = (("channel_max", "channel_max"), ("frame_max", "max_frame_size"), ("heartbeat", "heartbeat"))
+
     def __init__(self, connection_id: str, redaction_key: bytes | None = None, redact_secrets: bool = True) -> None:
         super().__init__(connection_id, redaction_key, redact_secrets)
         self.facts["dialect"] = "0-10"
@@ -50,19 +50,6 @@ class ConnectionFacts(_Base):
             if f[key] is None:
                 f[key] = args.get(arg)
 
-    def _tune_ok(self, direction: str, args: dict) -> None:
-        for key, arg in (("channel_max", "channel_max"), ("frame_max", "max_frame_size"), ("heartbeat", "heartbeat")):
-            if args.get(arg) is not None:
-                self.facts[key] = args[arg]
-
-    def _open_0_10(self, direction: str, args: dict) -> None:
-        self.facts["vhost"] = _text(args.get("virtual_host"))
-
-    def _close_0_10(self, direction: str, args: dict) -> None:
-        f = self.facts
-        if f["closed_by"] is None:
-            f["closed_by"] = _SIDE.get(direction)
-            f["close_code"], f["close_text"] = args.get("reply_code"), _text(args.get("reply_text"))
 
 
 _HANDLERS = {
@@ -70,9 +57,9 @@ _HANDLERS = {
     ("connection", "start-ok"): _Base._start_ok,
     ("connection", "secure-ok"): _Base._secure_ok,
     ("connection", "tune"): ConnectionFacts._tune,
-    ("connection", "tune-ok"): ConnectionFacts._tune_ok,
-    ("connection", "open"): ConnectionFacts._open_0_10,
-    ("connection", "close"): ConnectionFacts._close_0_10,
+    ("connection", "tune-ok"): _Base._tune_ok,
+    ("connection", "open"): _Base._open,
+    ("connection", "close"): _Base._close,  # 0-10's close names no class or method: those facts stay null
     ("connection", "close-ok"): _Base._close_ok,
 }
 

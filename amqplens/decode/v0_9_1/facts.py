@@ -102,10 +102,12 @@ class ConnectionFacts:
             if f[key] is None:
                 f[key] = args.get(key)
 
+    TUNE_OK_ARGS = (("channel_max", "channel_max"), ("frame_max", "frame_max"), ("heartbeat", "heartbeat"))  # (fact, argument)
+
     def _tune_ok(self, direction: str, args: dict) -> None:
-        for key in ("channel_max", "frame_max", "heartbeat"):
-            if args.get(key) is not None:
-                self.facts[key] = args[key]
+        for key, arg in self.TUNE_OK_ARGS:
+            if args.get(arg) is not None:
+                self.facts[key] = args[arg]
 
     def _open(self, direction: str, args: dict) -> None:
         self.facts["vhost"] = _text(args.get("virtual_host"))
