@@ -39,7 +39,7 @@ from __future__ import annotations
 from amqplens.lifecycle.amqp010_flow import FlowTracker
 from amqplens.lifecycle.amqp010_requests import Requests010
 from amqplens.lifecycle.amqp10 import M32
-from amqplens.lifecycle.machines import SETTLES_0_10, TRANSFER_0_10
+from amqplens.lifecycle.machines import SETTLES_0_10, TRANSFER_0_10, Settle010, Transfer010Event
 from amqplens.lifecycle.records import FROM_BROKER, TO_BROKER, frame_arg as _arg, Delivery, Output, flow_row
 from amqplens.lifecycle.seqsets import members, parse_ranges
 from amqplens.decode.v0_10 import spec
@@ -66,7 +66,7 @@ class Connection010:
         self.cid, self.out = connection_id, out
         self.lanes: dict[tuple, Lane] = {}  # (direction, channel)
         self.outstanding: dict[tuple, dict] = {}  # (channel, sender direction) -> command id -> live delivery
-        self.queues: dict[tuple, str] = {}  # (channel, destination) -> the queue message.subscribe named
+        self.queues: dict[tuple, str | None] = {}  # (channel, destination) -> the queue message.subscribe named
         self.last_seq: dict[str, int] = {}
         self.flow = FlowTracker(connection_id, out)
         self.requests = Requests010(connection_id, out)
@@ -127,7 +127,7 @@ class Connection010:
         self.flow.on_completed(ch, sender, ranges, fid, ts)
         self.requests.on_completed(ch, sender, ranges, fid, ts)
 
-    def _end_session(self, ch: int, event: str, fid: str, ts: int) -> None:
+    def _end_session(self, ch: int, event: Transfer010Event, fid: str, ts: int) -> None:
         for d in OTHER:
             lane = self.lanes.get((d, ch))
             if lane is not None and lane.open is not None:
@@ -179,7 +179,7 @@ class Connection010:
         elif name[1] in _FLOW_COMMANDS:
             self.flow.on_command(f, name[1], fid, ts)
 
-    def _settle(self, f: dict, verb: str, ch: int, d: str, fid: str, ts: int) -> None:
+    def _settle(self, f: dict, verb: Settle010, ch: int, d: str, fid: str, ts: int) -> None:
         sender = OTHER[d]
         live = self.outstanding.get((ch, sender)) or {}
         ids = members(parse_ranges(f.get("transfers_json")), live)
@@ -218,7 +218,7 @@ class Connection010:
         rec.consumer = dest  # the destination, for its credit
         rec.settle_mode = f"{accept}/{acquire}" if accept or acquire else None
         if accept == "none":
-            event = "transfer_none_to_broker" if d == "to_server" else "transfer_none_from_broker"
+            event: Transfer010Event = "transfer_none_to_broker" if d == "to_server" else "transfer_none_from_broker"
         else:
             event = "transfer_explicit"
         self._start(rec, ch, d, cid, event, fid, ts)
@@ -231,7 +231,7 @@ class Connection010:
             self.last_seq[key] = seq
             rec.delivery_id = key + str(seq)
 
-    def _start(self, rec: Delivery, ch: int, d: str, cid, event: str, fid: str, ts: int) -> None:
+    def _start(self, rec: Delivery, ch: int, d: str, cid, event: Transfer010Event, fid: str, ts: int) -> None:
         rec.step(TRANSFER_0_10, event, fid, ts)
         if not rec.live:
             return
@@ -273,11 +273,13 @@ class Connection010:
 
     def _finish_assembly(self, lane: Lane, ch: int, d: str, f: dict, fid: str, ts: int) -> None:
         rec, lane.open = lane.open, None
+        assert rec is not None  # called with an assembly open
         self.flow.on_transfer(ch, d, rec.consumer, rec.transfer_id, rec.body_size, fid, ts)
         self._complete(rec)
 
     def _cut(self, lane: Lane, ch: int, d: str) -> None:
         rec, lane.open = lane.open, None
+        assert rec is not None  # called with an assembly open
         rec.flag("content_incomplete")
         if rec.state == "new" and rec.live:  # its command segment never ended: no accept-mode seen
             self._start(rec, ch, d, rec.transfer_id, "transfer_explicit", rec.frame_ids[0], rec.sent_ts_us)
@@ -288,7 +290,7 @@ class Connection010:
         if not rec.live:
             self.out.deliveries.append(rec.row())
 
-    def _step(self, ch: int, sender: str, rec: Delivery, event: str, fid, ts) -> None:
+    def _step(self, ch: int, sender: str, rec: Delivery, event: Transfer010Event, fid, ts) -> None:
         if rec.step(TRANSFER_0_10, event, fid, ts):
             live = self.outstanding.get((ch, sender))
             if live is not None:

@@ -34,6 +34,7 @@ Destinations with no flow control seen (a publish to an exchange) make no rows.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import cast
 
 from amqplens.lifecycle.records import Output, flow_row
 from amqplens.lifecycle.seqsets import members
@@ -136,7 +137,7 @@ class FlowTracker:
         for key in [k for k in self.credits if k[0] == channel]:
             c = self.credits.pop(key)
             if fid is not None:
-                self._row(key, c, fid, ts, "close")
+                self._row(key, c, fid, cast(int, ts), "close")  # a frame's ts with its frame_id
         for key in [k for k in self.window if k[0] == channel]:
             del self.window[key]
 

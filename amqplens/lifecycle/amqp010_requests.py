@@ -25,8 +25,9 @@ the capture's end: ``unanswered``.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any, cast
 
-from amqplens.lifecycle.machines import REQUEST
+from amqplens.lifecycle.machines import REQUEST, RequestEvent
 from amqplens.lifecycle.records import Output, Request
 from amqplens.lifecycle.seqsets import members
 from amqplens.decode.v0_10 import spec
@@ -49,8 +50,8 @@ class Requests010:
     def __init__(self, connection_id: str, out: Output) -> None:
         self.cid, self.out = connection_id, out
         self.controls: dict[int, list[Request]] = {}  # channel -> pending control requests, oldest first
-        self.commands: dict[tuple, OrderedDict] = {}  # (channel, sender) -> command id -> Request
-        self.recent: dict[tuple, OrderedDict] = {}  # (channel, sender) -> command id -> Request (async commands)
+        self.commands: dict[tuple, OrderedDict[int, Request]] = {}  # (channel, sender) -> command id -> Request
+        self.recent: dict[tuple, OrderedDict[int, Request]] = {}  # (channel, sender) -> command id -> Request (async commands)
 
     # -- controls ---------------------------------------------------------------------------------
     def on_control(self, f: dict, name: tuple, fid: str, ts: int) -> None:
@@ -61,6 +62,7 @@ class Requests010:
             queue = self.controls.get(ch)
             victim = next((r for r in queue or () if r.direction != d and r.name != "connection.close"), None)
             if victim is not None:
+                assert queue is not None  # victim is one of its requests
                 queue.remove(victim)
                 self._end(victim, "error_close", response="connection.close", frame_id=fid, ts_us=ts, reply_code=f["reply_code"])
         if name in CONTROL_PAIRS:
@@ -73,7 +75,7 @@ class Requests010:
             if req.direction != d and name in CONTROL_PAIRS[(cls, ctl)]:
                 del queue[i]
                 code = f.get("reply_code") if name == ("session", "detached") else None
-                event = "error_close" if code else "response"
+                event: RequestEvent = "error_close" if code else "response"
                 self._end(req, event, response=f"{name[0]}.{name[1]}", frame_id=fid, ts_us=ts, reply_code=code or None)
                 return
 
@@ -102,10 +104,10 @@ class Requests010:
     def _answer_command(self, f: dict, name: tuple, ch: int, d: str, fid: str, ts: int) -> None:
         ref = f.get("referenced_command_id")
         peer = (ch, "to_client" if d == "to_server" else "to_server")
-        req = (self.commands.get(peer) or {}).pop(ref, None)
+        req = cast("dict[Any, Request]", self.commands.get(peer) or {}).pop(ref, None)  # ref: an id, or None (no request)
         error = name[1] == "exception"
         if req is None and error:
-            req = (self.recent.get(peer) or {}).pop(ref, None)
+            req = cast("dict[Any, Request]", self.recent.get(peer) or {}).pop(ref, None)
         if req is not None:
             self._end(req, "error_close" if error else "response", response=f"{name[0]}.{name[1]}", frame_id=fid, ts_us=ts,
                       reply_code=f.get("reply_code") if error else None)
@@ -125,7 +127,7 @@ class Requests010:
         for key in [k for k in self.recent if k[0] == channel]:
             del self.recent[key]
 
-    def finish(self, event: str = "capture_end") -> None:
+    def finish(self, event: RequestEvent = "capture_end") -> None:
         for queue in self.controls.values():
             for req in queue:
                 self._end(req, event)
@@ -136,6 +138,6 @@ class Requests010:
         self.commands.clear()
         self.recent.clear()
 
-    def _end(self, req: Request, event: str, **answer) -> None:
+    def _end(self, req: Request, event: RequestEvent, **answer) -> None:
         status = REQUEST.step(req.state, event).next_state
         self.out.request_responses.append(req.row(self.cid, "0-10", status, **answer))

@@ -48,11 +48,17 @@ return without a matching publish, an ack on a closed channel) is a channel
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any, Literal, TypeVar, cast
 
 from amqplens.lifecycle.amqp091_channel import SETTLE_EVENT, Channel, Consumer, pop_upto
-from amqplens.lifecycle.machines import DELIVER, ENDPOINT, PUBLISH
+from amqplens.lifecycle.machines import (
+    DELIVER, ENDPOINT, PUBLISH, Close, DeliverEvent, EndpointEvent, Machine, PublishEvent, TxSettle,
+)
 from amqplens.lifecycle.records import FROM_BROKER, TO_BROKER, Delivery, Output, flow_row, frame_arg
 from amqplens.lifecycle.requests import RequestMatcher
+
+_E = TypeVar("_E", bound=str)
 
 class Connection091:
     def __init__(self, connection_id: str, dialect: str, out: Output, max_pending_returns: int = 10_000) -> None:
@@ -74,6 +80,7 @@ class Connection091:
             self._content_frame(f, fid, kind == "header")
 
     def finish(self) -> None:
+        event: Literal["connection_close", "capture_end"]
         event, fid, ts = ("connection_close", *self.closing) if self.closing else ("capture_end", None, None)
         self._close_all(event, fid, ts)
         self.requests.finish()
@@ -87,7 +94,7 @@ class Connection091:
             self._abandon(direction, n)
         self.flag = None
         ch = None
-        event = None
+        event: EndpointEvent | None = None
         if n:
             ch = self.channels.get(n)
             if ch is None:
@@ -105,7 +112,7 @@ class Connection091:
         handler = HANDLERS.get(name)
         if handler is not None and (ch is not None or name[0] == "connection"):
             handler(self, f, ch, fid, ts)
-        if event == "close_reply" and ch.state == "closed":
+        if event == "close_reply" and ch is not None and ch.state == "closed":
             self._close_channel(ch, "channel_close", fid, ts)
             self.requests.channel_closed(n)
             self.channels[n] = Channel(n)
@@ -115,6 +122,7 @@ class Connection091:
         rec = self._delivery(f, TO_BROKER, "publish", fid, ts)
         rec.exchange, rec.routing_key = f.get("exchange"), f.get("routing_key")
         rec.mandatory = bool(f.get("mandatory") or f.get("immediate"))
+        event: PublishEvent
         if ch.confirm:
             rec.delivery_tag, rec.settle_mode, event = ch.next_seq, "confirm", "publish_confirm"
             ch.unconfirmed[ch.next_seq] = rec
@@ -175,9 +183,9 @@ class Connection091:
 
     def _client_settle(self, f, ch: Channel, fid, ts, kind: str) -> None:
         tag = f.get("delivery_tag") or 0
-        event = SETTLE_EVENT[(kind, bool(f.get("requeue")))]
+        event: DeliverEvent = SETTLE_EVENT[(kind, bool(f.get("requeue")))]
         if ch.tx:
-            event = f"tx_{event}"
+            event = cast(TxSettle, f"tx_{event}")
         recs = pop_upto(ch.unacked, tag) if f.get("multiple") else [r for r in (ch.unacked.pop(tag, None),) if r]
         if not recs:
             self._anomaly(ch, fid, ts, f"{kind}_of_unknown_tag")
@@ -190,6 +198,7 @@ class Connection091:
             elif rec.state.startswith("tx_"):
                 ch.tx_held.append(rec)  # in flight until the commit
             else:  # settled twice: a flagged no-op, still unacked
+                assert rec.delivery_tag is not None  # it was in unacked, by its tag
                 ch.unacked[rec.delivery_tag] = rec
         if len(ch.tx_held) < len(recs) or touched:
             self._flow(ch, fid, ts, "settle", touched)
@@ -224,7 +233,7 @@ class Connection091:
             self._step(rec, PUBLISH, "expire", None, None)
         self._step(match, PUBLISH, "basic_return", fid, ts)
 
-    def _tx_end(self, ch: Channel, fid, ts, event: str) -> None:
+    def _tx_end(self, ch: Channel, fid, ts, event: Literal["tx_commit", "tx_rollback"]) -> None:
         touched = {r.consumer for r in ch.tx_held if r.consumer is not None}
         held, ch.tx_held = ch.tx_held, []
         reverted = False
@@ -250,14 +259,17 @@ class Connection091:
             self._flow(ch, fid, ts, "settle", {r.consumer for r in recs if r.consumer is not None})
 
     # -- channel and connection ends ------------------------------------------------------------
-    def _close_channel(self, ch: Channel, event: str, fid, ts) -> None:
+    def _close_channel(self, ch: Channel, event: Close | Literal["capture_end"], fid, ts) -> None:
         consumers = {r.consumer for r in (*ch.unacked.values(), *ch.tx_held) if r.consumer is not None}
         had = ch.in_flight
+        machine: Any  # DELIVER or PUBLISH, both of which have the event (_step cannot solve its event type from their union)
         for recs, machine in ((ch.unacked.values(), DELIVER), (ch.tx_held, DELIVER), (ch.unconfirmed.values(), PUBLISH),
                               (ch.tx_publishes, PUBLISH), (ch.returnable, PUBLISH)):
             for rec in list(recs):
                 self._step(rec, machine, event, fid, ts)
-        ch.unacked.clear(), ch.unconfirmed.clear(), ch.returnable.clear()
+        ch.unacked.clear()
+        ch.unconfirmed.clear()
+        ch.returnable.clear()
         ch.tx_held, ch.tx_publishes = [], []
         for d in ("to_server", "to_client"):
             if (d, ch.number) in self.content:
@@ -265,7 +277,7 @@ class Connection091:
         if had and fid is not None:
             self._flow(ch, fid, ts, "close", consumers)
 
-    def _close_all(self, event: str, fid, ts) -> None:
+    def _close_all(self, event: Close | Literal["capture_end"], fid, ts) -> None:
         for ch in list(self.channels.values()):
             self._close_channel(ch, event, fid, ts)
         self.channels.clear()
@@ -336,7 +348,7 @@ class Connection091:
                 self.out.deliveries.append(rec.row())
 
     # -- machine steps and flow rows ----------------------------------------------------------------
-    def _step(self, rec: Delivery, machine, event: str, fid, ts) -> bool:
+    def _step(self, rec: Delivery, machine: Machine[Any, _E, Any], event: _E, fid, ts) -> bool:
         if not rec.step(machine, event, fid, ts):
             return False
         if rec.method != "publish" and rec.settle_mode != "auto_ack":
@@ -349,14 +361,14 @@ class Connection091:
             self.out.deliveries.append(rec.row())
         return True
 
-    def _flow(self, ch: Channel, fid, ts, event: str, consumers=(), reason=None) -> None:
+    def _flow(self, ch: Channel, fid, ts, event: str, consumers: Iterable[Consumer] = (), reason=None) -> None:
         rows = self.out.flow_events
         p, n = ch.prefetch_count, ch.in_flight
         rows.append(flow_row(self.cid, fid, ts, "channel", ch.number, event, channel=ch.number, prefetch_count=p,
                              in_flight=n, at_limit=n >= p > 0, flow_active=ch.flow_active, reason=reason))
         # one row per consumer tag: a tag re-used on the channel (a consume with the tag of a consumer the capture only
         # saw deliveries for) leaves records of both; the channel's current consumer of the tag speaks for it
-        tags: dict = {}
+        tags: dict[str, list[Consumer]] = {}
         for c in consumers:
             tags.setdefault(c.tag, []).append(c)
         for tag in sorted(tags):
@@ -430,7 +442,7 @@ class Connection091:
 
 
 # (class, method) -> the endpoint event of a channel
-ENDPOINT_EVENT = {
+ENDPOINT_EVENT: dict[tuple[str, str], EndpointEvent] = {
     ("channel", "open"): "open", ("channel", "open-ok"): "open_reply",
     ("channel", "close"): "close", ("channel", "close-ok"): "close_reply",
 }

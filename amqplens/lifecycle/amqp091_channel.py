@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 
+from amqplens.lifecycle.machines import EndpointState, Settle
 from amqplens.lifecycle.records import Delivery
 
 # (method, requeue) -> the DELIVER event (basic.ack has no requeue)
-SETTLE_EVENT = {("ack", False): "ack", ("ack", True): "ack", ("nack", True): "nack_requeue", ("nack", False): "nack_drop",
+SETTLE_EVENT: dict[tuple[str, bool], Settle] = {("ack", False): "ack", ("ack", True): "ack", ("nack", True): "nack_requeue", ("nack", False): "nack_drop",
                 ("reject", True): "reject_requeue", ("reject", False): "reject_drop"}
 
 
@@ -23,6 +24,8 @@ class Channel:
         "number", "state", "confirm", "tx", "next_seq", "unconfirmed", "returnable", "tx_publishes", "unacked", "tx_held",
         "consumers", "pending_consumes", "pending_gets", "prefetch_count", "consumer_prefetch", "in_flight", "flow_active",
     )
+    state: EndpointState
+    flow_active: bool | None
 
     def __init__(self, number: int) -> None:
         self.number, self.state = number, "unseen"

@@ -68,7 +68,7 @@ def frame_rows(batch: pa.RecordBatch, columns: list[str] | None = None) -> list[
     if not filled:
         return [template.copy() for _ in range(n)]
     values = [batch.column(c).to_pylist() for c in filled]
-    rows = []
+    rows: list[dict] = []
     append = rows.append
     for vals in zip(*values):
         row = template.copy()

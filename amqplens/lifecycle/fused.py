@@ -31,7 +31,6 @@ a bug that should never happen, and the job gives the same rows for the others.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 from collections.abc import Iterator
 
@@ -42,6 +41,7 @@ import pyarrow.compute as pc
 from amqplens.lifecycle.batches import FRAME_COLUMNS, LifecycleBatcher
 from amqplens.lifecycle.runner import LifecycleOptions
 from amqplens.decode.common.arrow import use_system_memory_pool
+from amqplens.decode.common.reports import ConnectionsClosed
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +83,9 @@ class ConnectionLifecycle:
         yield from self._whole(capture_id)
 
     def closed(self, capture_id: str, connection_ids: list[str], meta: list[str | None]) -> Iterator[pa.RecordBatch]:
-        """A ``connection`` batch of ``capture_id``: its connections are whole once ``frames_through`` frames are out."""
-        through = max((json.loads(m)["frames_through"] for m in meta if m), default=0)
+        """A ``connection`` batch of ``capture_id``: its connections are whole once ``frames_through`` frames are out
+        (``meta``: the batch's ``ConnectionsClosed`` reports)."""
+        through = max((ConnectionsClosed.from_meta(m).frames_through for m in meta if m), default=0)
         self.waiting[capture_id].append((through, list(connection_ids)))
         yield from self._whole(capture_id)
 

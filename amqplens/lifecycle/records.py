@@ -26,8 +26,11 @@ attaches (``mixed/first``, ``unsettled/second``, ...); 0-10
 from __future__ import annotations
 
 import json
+from typing import Any, TypeVar
 
-from amqplens.lifecycle.machines import Machine
+from amqplens.lifecycle.machines import DeliveryState, Machine, RequestState
+
+_E = TypeVar("_E", bound=str)
 
 DELIVERY_KEYS = (
     "delivery_id", "connection_id", "dialect", "direction", "channel", "consumer_tag", "link_handle", "link_name",
@@ -122,6 +125,36 @@ class Delivery:
         "outcome", "settled_by_frame_id", "frame_ids", "flags",
         "state", "complete", "consumer", "mandatory", "sender",
     )
+    delivery_id: str
+    connection_id: str
+    dialect: str
+    direction: str
+    channel: int
+    consumer_tag: str | None
+    link_handle: int | None
+    link_name: str | None
+    delivery_tag: int | None
+    transfer_id: int | None
+    delivery_tag_bin: bytes | None
+    method: str
+    exchange: str | None
+    routing_key: str | None
+    queue: str | None
+    properties_json: str | None
+    body_size: int | None
+    body_sha256: str | None
+    redelivered: bool | None
+    settle_mode: str | None
+    sent_ts_us: int
+    settled_ts_us: int | None
+    outcome: str | None
+    settled_by_frame_id: str | None
+    frame_ids: list[str]
+    state: DeliveryState
+    complete: bool
+    consumer: Any  # 0-9-1: the Consumer of a basic.deliver; 1.0: the Link; 0-10: the destination (a str)
+    mandatory: bool
+    sender: str | None
 
     def __init__(self, delivery_id: str, connection_id: str, dialect: str, direction: str, channel, method: str, frame_id: str, ts_us: int):
         self.delivery_id, self.connection_id, self.dialect, self.direction = delivery_id, connection_id, dialect, direction
@@ -148,7 +181,7 @@ class Delivery:
         elif name not in self.flags:
             self.flags.append(name)
 
-    def step(self, machine: Machine, event: str, frame_id: str | None, ts_us: int | None) -> bool:
+    def step(self, machine: Machine[Any, _E, Any], event: _E, frame_id: str | None, ts_us: int | None) -> bool:
         """Apply one event through the machine's table; True when the delivery has just ended."""
         if self.outcome is not None:
             return False
@@ -209,6 +242,7 @@ class Request:
     """A synchronous request waiting for its answer."""
 
     __slots__ = ("frame_id", "ts_us", "channel", "name", "direction", "key", "state")
+    state: RequestState
 
     def __init__(self, frame_id: str, ts_us: int, channel, name: str, direction: str, key=None):
         self.frame_id, self.ts_us, self.channel, self.name, self.direction, self.key = frame_id, ts_us, channel, name, direction, key

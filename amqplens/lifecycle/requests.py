@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import json
 
-from amqplens.lifecycle.machines import REQUEST
+from amqplens.lifecycle.machines import REQUEST, RequestEvent
 from amqplens.lifecycle.records import Output, Request, frame_arg
 from amqplens.decode.v0_9_1.frames import SPECS
 
@@ -78,7 +78,7 @@ class RequestMatcher:
         self.tables = sync_tables(dialect)
         self.pending: dict[int, list[Request]] = {}
 
-    def _end(self, req: Request, event: str, **answer) -> None:
+    def _end(self, req: Request, event: RequestEvent, **answer) -> None:
         t = REQUEST.step(req.state, event)
         self.out.request_responses.append(req.row(self.connection_id, self.dialect, t.next_state, **answer))
 
@@ -124,7 +124,7 @@ class RequestMatcher:
         for req in self.pending.pop(channel, ()):
             self._end(req, "abandoned")
 
-    def finish(self, event: str = "capture_end") -> None:
+    def finish(self, event: RequestEvent = "capture_end") -> None:
         for queue in self.pending.values():
             for req in queue:
                 self._end(req, event)

@@ -64,7 +64,7 @@ class LifecycleRunner:
         self.out = Output()
         self.stats = {"frames": 0, "connections": 0, "late_frames": 0, "unsupported_frames": 0, "bad_frames": 0}
         self._cid: str | None = None
-        self._tracker = None
+        self._tracker: Connection091 | Connection10 | Connection010 | None = None
         self._heaps: dict[str, list] = {"to_server": [], "to_client": []}
         self._hs, self._hc = self._heaps["to_server"], self._heaps["to_client"]  # the same lists, for _handle_next
         self._held = 0

@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from amqplens.decode import pipeline
+from amqplens.decode.common.reports import ConnectionsClosed
 from amqplens.lifecycle import amqp091
 from amqplens.lifecycle.batches import lifecycle_batches
 from amqplens.lifecycle.fused import ConnectionLifecycle
@@ -93,9 +93,9 @@ def _frames(connection: str, capture: str, offsets: list[int]) -> pa.RecordBatch
 
 def test_frames_of_a_connection_after_it_ran_leave_the_capture_to_the_job():
     fused = ConnectionLifecycle(**lifecycle.structs())
-    meta = [json.dumps({"frames_through": 2})]
+    meta = [ConnectionsClosed(2).to_meta()]
     for _ in (*fused.frames("a", _frames("a1", "a", [8, 20])), *fused.closed("a", ["a1"], meta),
-              *fused.frames("b", _frames("b1", "b", [8])), *fused.closed("b", ["b1"], [json.dumps({"frames_through": 1})]),
+              *fused.frames("b", _frames("b1", "b", [8])), *fused.closed("b", ["b1"], [ConnectionsClosed(1).to_meta()]),
               *fused.frames("a", _frames("a1", "a", [40])), *fused.finish()):
         pass
     assert list(fused.failed) == ["a"] and "after it was whole" in fused.failed["a"]
@@ -106,9 +106,9 @@ def test_a_capture_holding_more_frames_than_the_limit_goes_to_the_job():
     """lifecycle.fused_max_held_frames bounds a task's memory: capture a's long connection passes the limit of 3 held
     frames and a is left to the lifecycle job; b, whole within the limit, is kept; nothing stays held."""
     fused = ConnectionLifecycle(**lifecycle.structs(), max_held_rows=3)
-    out = [*fused.frames("b", _frames("b1", "b", [1, 2])), *fused.closed("b", ["b1"], [json.dumps({"frames_through": 2})]),
+    out = [*fused.frames("b", _frames("b1", "b", [1, 2])), *fused.closed("b", ["b1"], [ConnectionsClosed(2).to_meta()]),
            *fused.frames("a", _frames("a1", "a", [8, 20, 30])), *fused.frames("a", _frames("a1", "a", [40])),
-           *fused.closed("a", ["a1"], [json.dumps({"frames_through": 4})]), *fused.finish()]
+           *fused.closed("a", ["a1"], [ConnectionsClosed(4).to_meta()]), *fused.finish()]
     assert list(fused.failed) == ["a"] and "fused_max_held_frames" in fused.failed["a"]
     assert fused.held == {} and fused.held_rows == 0
     kept = {c for b in out if b.num_rows for c in b.column("capture_id").to_pylist()}

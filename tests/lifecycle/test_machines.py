@@ -156,3 +156,15 @@ def test_settlement_effects_record_the_right_frame():
     assert rec.outcome is None and rec.state == "stated_accepted"
     rec.step(TRANSFER, "settle_none", "disp-2", 120)
     assert (rec.outcome, rec.settled_by_frame_id) == ("accepted", "disp-2")
+
+
+def test_a_machine_is_refused_an_outcome_the_contract_lacks_or_a_transition_to_nowhere():
+    """Bad tables fail when the module is imported, before any capture: an outcome deliveries.outcome does not
+    list (amqplens.contracts.values.OUTCOMES), a next_state that is neither a state nor an outcome."""
+    from amqplens.lifecycle.machines import _delivery_machine
+
+    with pytest.raises(ValueError, match="not in the contracts"):
+        _delivery_machine("m", ("new",), ("go",), ("gone_fishing",), {("new", "go"): Transition("settle", "gone_fishing")})
+    with pytest.raises(ValueError, match="neither a state nor an outcome"):
+        _delivery_machine("m", ("new",), ("go",), ("acked",), {("new", "go"): Transition("settle", "ackd")})
+    assert _delivery_machine("m", ("new",), ("go",), ("acked",), {("new", "go"): Transition("settle", "acked")}).outcomes == {"acked"}
