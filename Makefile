@@ -44,7 +44,7 @@ demo: java $(STAMP)
 # PYTEST_ARGS adds options, e.g. PYTEST_ARGS=--durations=30
 test: java $(STAMP) $(AIRFLOW_STAMP)
 	$(PY) -m ruff check --quiet amqplens jobs tools tests notebooks
-	$(PY) -m mypy --no-error-summary amqplens/decode amqplens/contracts amqplens/logs
+	$(PY) -m mypy --no-error-summary amqplens
 	$(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: $(STAMP)

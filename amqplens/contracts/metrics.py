@@ -87,7 +87,7 @@ METRICS_FLOW = Table(
     key=("metric_row_id",),
     columns=(
         *_LEADING,
-        C("metric", "string", "the flow-control measure; the name ends with its unit (us, s) unless it is a ratio or a count",
+        C("metric", "string", "the flow-control measure; its name ends with its unit (us or s) unless it is a ratio or a count",
           False, values=("prefetch_utilisation", "prefetch_utilisation_max", "at_prefetch_limit_us", "blocked_us", "flow_off_us",
                          "zero_credit_us", "zero_window_us", "heartbeats_sent", "heartbeat_interval_s", "missed_heartbeats")),
         C("direction", "string", "to_server | to_client for heartbeat metrics (who sent)", values=TO_SERVER_CLIENT),

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from amqplens.decode.capture import read_split
 from amqplens.decode.common.arrow import to_struct_array, use_system_memory_pool  # noqa: F401  (the batch functions' names)
 from amqplens.decode.common.rows import STAGE_FRAME
+from amqplens.decode.common.reports import ConnectionsClosed
 from amqplens.decode.codecs import DecodeOptions, DecodingConsumer
 from amqplens.decode.capture.records import PACKET_SCHEMA, CaptureErrorRecord, SplitStats
 from amqplens.decode.tcp import TcpReassembler
@@ -314,7 +315,7 @@ class _FlowDecoder:
         """Connections, frames and errors decoded so far (all of them when ``final``).
 
         A connection's batch comes before some of its frames (frames leave in
-        batches of ``batch_rows``), so its ``meta`` carries ``frames_through``:
+        batches of ``batch_rows``), so its ``meta`` carries a ``ConnectionsClosed`` with ``frames_through``:
         the count of this capture's frame rows, in the order the frame batches
         give them, by which all of the connection's frames are out. A consumer
         that counts the capture's frame rows knows then that the connection is
@@ -333,7 +334,7 @@ class _FlowDecoder:
                             self.errors.append(row)
             yield self.batch(
                 "connection", len(conns),
-                meta=pa.array([json.dumps({"frames_through": self.frames_total})] * len(conns), pa.string()),
+                meta=pa.array([ConnectionsClosed(self.frames_total).to_meta()] * len(conns), pa.string()),
                 connection=pa.array([dataclasses.asdict(c) for c in conns], CONNECTION_STRUCT),
                 facts=to_struct_array([f or {} for f in facts], self.options.facts_struct),
             )

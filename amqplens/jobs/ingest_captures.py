@@ -34,6 +34,7 @@ from amqplens.decode import clock
 from amqplens.decode import pipeline
 from amqplens.decode.capture import plan_splits, sniff_format
 from amqplens.decode.codecs import DecodeOptions
+from amqplens.decode.common.reports import MetaReport
 from amqplens.decode.tls import KeyLog
 from amqplens.lake import isolation
 from amqplens.jobs import lifecycle
@@ -42,7 +43,7 @@ from amqplens.config import Config
 from amqplens.inputs import CaptureFile, InputError, capture_files
 from amqplens.lake.store import TableStore
 from amqplens.session import shuffle_partitions
-from amqplens.lake.staging import StagedTable, contract_batch, current_task
+from amqplens.lake.staging import StagedFile, StagedTable, contract_batch, current_task
 from amqplens.contracts import CONNECTIONS, DECODE_ERRORS, FRAMES
 from amqplens.contracts.arrow import facts_struct, frame_struct
 from amqplens.contracts.tables import PROTOCOL_COLUMNS, PROTOCOL_FACT_KEYS
@@ -134,8 +135,8 @@ def _split_rows(files: list[CaptureFile], split_size: int, min_split_size: int =
     return rows
 
 
-STAGED_FILE = "staged_file"  # kind of the flows rows that report a file a task wrote (meta: table, unit, path, rows)
-TASK_COUNTS = "task_counts"  # kind of the flows rows with a task's counts per capture (meta: CaptureCounts as JSON)
+STAGED_FILE = "staged_file"  # kind of the flows rows that report a file a task wrote (meta: a StagedFile)
+TASK_COUNTS = "task_counts"  # kind of the flows rows with a task's counts per capture (meta: its CaptureCounts)
 STAGED_TABLES = ("connections", "frames", "decode_errors")  # what the decode tasks write themselves
 LIFECYCLE_FAILED = "lifecycle_failed"  # kind of the flows rows naming a capture the fused lifecycle left to the job (meta: why)
 
@@ -184,7 +185,7 @@ def error_rows(out):
 
 
 @dataclasses.dataclass
-class CaptureCounts:
+class CaptureCounts(MetaReport):
     """What the captures row counts of one capture, added up per task and then over the tasks."""
 
     connections: int = 0
@@ -287,18 +288,17 @@ def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, Stage
             counts[cid].add_errors(out)
         elif out.num_rows:
             yield out
-    files = [(name, f) for name, writer in writers.items() for f in writer.close()]
+    files = [f for writer in writers.values() for f in writer.close()]
     if fused:
         assert life is not None and lifecycle_staged is not None  # fused is made only with both
         _write_all(life, fused.finish())
-        files += [(lifecycle_staged[kind].table, f) for kind, f in life.close()]
+        files += [f for _, f in life.close()]
         for cid, why in fused.failed.items():
             yield pipeline.out_batch(schema, LIFECYCLE_FAILED, cid, 1, meta=pa.array([why], pa.string()))
-    for name, f in files:
-        meta = json.dumps({"table": name, **f})
-        yield pipeline.out_batch(schema, STAGED_FILE, f["unit"], 1, meta=pa.array([meta], pa.string()))
+    for f in files:
+        yield pipeline.out_batch(schema, STAGED_FILE, f.unit, 1, meta=pa.array([f.to_meta()], pa.string()))
     for cid, c in counts.items():
-        yield pipeline.out_batch(schema, TASK_COUNTS, cid, 1, meta=pa.array([json.dumps(dataclasses.asdict(c))], pa.string()))
+        yield pipeline.out_batch(schema, TASK_COUNTS, cid, 1, meta=pa.array([c.to_meta()], pa.string()))
 
 
 def _write_all(writers: "lifecycle.LifecycleWriters", batches) -> None:
@@ -370,7 +370,7 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
         meta_rows = flows.select("kind", "capture_id", "meta").collect()
         per_capture = _merge_stats(r for r in meta_rows if r["kind"] == "split_stats")
         counts = _merge_counts(r for r in meta_rows if r["kind"] == TASK_COUNTS)
-        files = [json.loads(r["meta"]) for r in meta_rows if r["kind"] == STAGED_FILE]
+        files = [StagedFile.from_meta(r["meta"]) for r in meta_rows if r["kind"] == STAGED_FILE]
         dates = {f.capture_id: _capture_date(per_capture.get(f.capture_id)) for f in todo}
         partitions = {cid: {"capture_date": d.isoformat()} for cid, d in dates.items()}
         n_splits = collections.Counter(row[0] for row in split_rows)
@@ -392,7 +392,7 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
     return capture_rows
 
 
-def _commit(store: TableStore, staged, lifecycle_staged, files: list[dict], units: dict[str, str],
+def _commit(store: TableStore, staged, lifecycle_staged, files: list[StagedFile], units: dict[str, str],
             lifecycle_units: dict[str, str], partitions, capture_rows: list[dict], run_id: str) -> None:
     """The commits of one ingest, in this order: connections, frames, decode_errors; with the fused lifecycle
     deliveries, flow_events, request_responses (under the lifecycle job's transaction ids); captures last.
@@ -405,10 +405,10 @@ def _commit(store: TableStore, staged, lifecycle_staged, files: list[dict], unit
     machines raised) is derived by the lifecycle job from the committed frames.
     """
     for name in STAGED_TABLES:
-        store.commit_staged(staged[name], [f for f in files if f["table"] == name], units=units, run_id=run_id,
+        store.commit_staged(staged[name], [f for f in files if f.table == name], units=units, run_id=run_id,
                             partitions=partitions)
     if lifecycle_units:
-        by_kind = {kind: [f for f in files if f["table"] == s.table] for kind, s in lifecycle_staged.items()}
+        by_kind = {kind: [f for f in files if f.table == s.table] for kind, s in lifecycle_staged.items()}
         lifecycle.commit(store, lifecycle_staged, by_kind, units=lifecycle_units, partitions=partitions, run_id=run_id)
     store.write_rows("captures", capture_rows, units=units, run_id=run_id)
 
@@ -416,7 +416,7 @@ def _commit(store: TableStore, staged, lifecycle_staged, files: list[dict], unit
 def _merge_counts(rows) -> dict[str, CaptureCounts]:
     merged: dict[str, CaptureCounts] = collections.defaultdict(CaptureCounts)
     for row in rows:
-        merged[row["capture_id"]].merge(CaptureCounts(**json.loads(row["meta"])))
+        merged[row["capture_id"]].merge(CaptureCounts.from_meta(row["meta"]))
     return merged
 
 

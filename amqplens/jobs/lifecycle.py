@@ -21,7 +21,6 @@ older version, and re-deriving a lake.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import uuid
 
@@ -34,7 +33,7 @@ from amqplens.config import Config
 from amqplens.lake.store import TableStore
 from amqplens.logs import FRAMELESS_FORMATS
 from amqplens.session import shuffle_partitions
-from amqplens.lake.staging import StagedTable, contract_batch, current_task
+from amqplens.lake.staging import StagedFile, StagedTable, contract_batch, current_task
 from amqplens.contracts import DELIVERIES, FLOW_EVENTS, REQUEST_RESPONSES, Table
 
 log = logging.getLogger(__name__)
@@ -100,7 +99,7 @@ class LifecycleWriters:
             part = out if len(units) == 1 else out.filter(pc.equal(cids, cid))
             self.writers[kind].write(cid, table_rows(part, kind, tables[kind]))
 
-    def close(self) -> list[tuple[str, dict]]:
+    def close(self) -> list[tuple[str, StagedFile]]:
         return [(kind, f) for kind, w in self.writers.items() for f in w.close()]
 
 
@@ -114,7 +113,7 @@ def stage_lifecycle(batches, fn, staged: dict[str, StagedTable], task: int | Non
     for out in fn(batches):
         writers.write(out)
     for kind, f in writers.close():
-        yield pa.RecordBatch.from_pydict({"kind": [kind], "capture_id": [f["unit"]], "meta": [json.dumps(f)]},
+        yield pa.RecordBatch.from_pydict({"kind": [kind], "capture_id": [f.unit], "meta": [f.to_meta()]},
                                          schema=STAGED_SCHEMA)
 
 
@@ -128,7 +127,7 @@ def stage_tables(store: TableStore, run_id: str) -> dict[str, StagedTable]:
     return {kind: store.stage(table.name, run_id) for kind, table in OUTPUTS}
 
 
-def commit(store: TableStore, staged: dict[str, StagedTable], files: dict[str, list[dict]], *, units: dict[str, str],
+def commit(store: TableStore, staged: dict[str, StagedTable], files: dict[str, list[StagedFile]], *, units: dict[str, str],
            partitions: dict[str, dict[str, str]], run_id: str) -> None:
     """Commit the tasks' files (``files``: by kind) of the captures ``units`` names (capture id -> ``app_id``).
 
@@ -176,7 +175,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     )
     try:
         reports = out.collect()
-        files = {kind: [json.loads(r["meta"]) for r in reports if r["kind"] == kind] for kind, _ in OUTPUTS}
+        files = {kind: [StagedFile.from_meta(r["meta"]) for r in reports if r["kind"] == kind] for kind, _ in OUTPUTS}
         commit(store, staged, files, units=pending, partitions=partitions, run_id=run_id)
     finally:
         discard(store, staged)

@@ -17,6 +17,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from amqplens.contracts import Table, table as table_def
+from amqplens.decode.common.reports import MetaReport
 
 STAGING = "_staging"
 REPLACE_DIR = "_rk"  # staging sub-folder per replace-key value: <table>/_staging/<folder>/_rk=<unit>/
@@ -87,6 +88,16 @@ class StagedTable:
         return StagedWriter(self, task, group_rows)
 
 
+@dataclasses.dataclass(frozen=True)
+class StagedFile(MetaReport):
+    """A file a task wrote into a table's staging folder, as the task reports it to the driver."""
+
+    table: str
+    unit: str  # the replace-key value (capture) whose rows it holds
+    path: str  # relative to the staging folder
+    rows: int
+
+
 class StagedWriter:
     """Writes Arrow batches of one table into a staging folder: one file per (task, unit) in ``_rk=<unit>/``.
 
@@ -134,13 +145,13 @@ class StagedWriter:
         # pool), or a worker's RSS keeps the high-water mark of every task it ran
         pa.default_memory_pool().release_unused()
 
-    def close(self) -> list[dict]:
-        """Finish every file; returns ``{"unit", "path", "rows"}`` per file, path relative to the staging folder."""
+    def close(self) -> list[StagedFile]:
+        """Finish every file; returns what the driver needs to commit each (``TableStore.commit_staged``)."""
         done = []
         for unit, f in self.files.items():
             self._flush(f)
             f["writer"].close()
             self.fs.move(f["tmp"], f"{self.dir}/{f['rel']}")
-            done.append({"unit": unit, "path": f["rel"], "rows": f["rows"]})
+            done.append(StagedFile(self.t.name, unit, f["rel"], f["rows"]))
         self.files = {}
         return done

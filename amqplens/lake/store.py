@@ -34,7 +34,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction, create_table_with_add_actions
 
 from amqplens.lake.staging import REPLACE_DIR as _REPLACE_DIR
-from amqplens.lake.staging import STAGING, SchemaMismatch, StagedTable
+from amqplens.lake.staging import STAGING, SchemaMismatch, StagedFile, StagedTable
 from amqplens.lake.staging import filesystem as _filesystem
 from amqplens.contracts import Table, table as table_def
 
@@ -250,7 +250,7 @@ class TableStore:
         self._clean_staging(name)
         return StagedTable(name, self.root, f"{run_id}-{uuid.uuid4().hex[:8]}")
 
-    def commit_staged(self, staged: StagedTable, files: list[dict], *, units: Mapping[str, str],
+    def commit_staged(self, staged: StagedTable, files: list[StagedFile], *, units: Mapping[str, str],
                       partitions: Mapping[str, Mapping[str, str]], run_id: str) -> bool:
         """Place and commit the staged files the tasks reported (``StagedWriter.close``), like ``write`` does.
 
@@ -267,7 +267,7 @@ class TableStore:
             if not pending:
                 log.info("table %s: every unit already committed, nothing to do", t.name)
                 return False
-            listed = {f["path"] for f in files if f["unit"] in pending}
+            listed = {f.path for f in files if f.unit in pending and f.table == t.name}
             adds = self._place_files(t, staging, staged.folder, partitions=partitions, only=listed)
             return self._commit_retrying(t, dt, adds, pending, run_id)
         finally:

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from amqplens.logs import lines
-from tests.conftest import DATA, ROOT
+from tests.conftest import DATA
 
 
 def _all(path, size):
@@ -37,11 +34,3 @@ def test_a_line_longer_than_the_cap_is_cut_and_flagged_and_the_next_line_read(tm
 def test_real_log_lines_match_splitlines():
     path = DATA / "broker" / "rabbitmq.log"
     assert [ln.raw for ln in _all(path, 777)] == path.read_bytes().splitlines()
-
-
-def test_the_log_parsers_import_no_spark_or_lake():
-    code = ("import sys, amqplens.logs.batches; "
-            "bad = sorted(m for m in sys.modules if (m.split('.')[0] in ('pyspark', 'delta', 'deltalake') or m.startswith(('amqplens.contracts', 'amqplens.jobs', 'amqplens.lake')))); "
-            "print(bad); sys.exit(1 if bad else 0)")
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr

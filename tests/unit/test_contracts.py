@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pathlib
-import re
 
 import pyarrow as pa
 import pytest
@@ -37,12 +36,3 @@ def test_arrow_and_spark_schemas_have_the_same_columns(name):
     for a, b in zip(arrow, spark_as_arrow):
         # Spark's timestamp is UTC microseconds like ours.
         assert a.type == b.type or (pa.types.is_timestamp(a.type) and pa.types.is_timestamp(b.type)), a.name
-
-
-def test_decoder_core_imports_no_spark_or_delta():
-    bad = []
-    for path in (ROOT / "amqplens" / "decode").rglob("*.py"):
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if re.match(r"\s*(import|from)\s+(pyspark|delta|deltalake|great_expectations|amqplens\.(?:jobs|contracts(?!\.values\b)|lake|report|cli|session))\b", line):
-                bad.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
-    assert not bad, bad
