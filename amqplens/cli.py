@@ -126,14 +126,16 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
         with Stage("ingest-captures", spark) as stage:
             result = ingest_captures.run(spark, conf, inputs, run_id=run_id)
             stage.done(f"{len(result.captures)} capture(s) written, {len(result.skipped)} already done"
-                       + (f", {len(result.failed)} failed" if result.failed else ""))
+                       + (f", {len(result.failed)} failed" if result.failed else "")
+                       + (f", {len(result.not_captures)} broker log(s) left alone (give them with --logs)" if result.not_captures else ""))
         ids += [c["capture_id"] for c in result.captures] + result.skipped + list(result.failed)
         fused = set(result.lifecycle)
     if logs:  # after the captures (its events join their connections), before lifecycle (trace frames feed it)
         with Stage("ingest-logs", spark) as stage:
             done = ingest_logs.run(spark, conf, logs, run_id=run_id)
             stage.done(f"{len(done.logs)} log(s) written, {len(done.skipped)} already done"
-                       + (f", {len(done.failed)} failed" if done.failed else ""))
+                       + (f", {len(done.failed)} failed" if done.failed else "")
+                       + (f", {len(done.not_logs)} packet capture(s) left alone (give them with --input)" if done.not_logs else ""))
         ids += [r["capture_id"] for r in done.logs] + done.skipped + list(done.failed)
     all_ids = list(ids)
     if only_ingest:

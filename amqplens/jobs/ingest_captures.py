@@ -33,6 +33,8 @@ from amqplens.decode import __version__
 from amqplens.decode import clock
 from amqplens.decode import pipeline
 from amqplens.decode.capture import plan_splits, sniff_format
+from amqplens.logs import SNIFF_BYTES as LOG_SNIFF_BYTES
+from amqplens.logs import sniff as log_sniff
 from amqplens.decode.codecs import DecodeOptions
 from amqplens.decode.common.reports import MetaReport
 from amqplens.decode.tls import KeyLog
@@ -60,6 +62,9 @@ class IngestResult:
     skipped: list[str]  # capture ids already ingested with this decoder version/config
     failed: dict[str, str] = dataclasses.field(default_factory=dict)  # capture id -> error, of captures that raised
     lifecycle: list[str] = dataclasses.field(default_factory=list)  # capture ids whose lifecycle tables it committed (fused)
+    # path -> why, of files left alone because they are broker logs, not captures: their rows are the log ingest's
+    # (the same bytes are the same capture_id there), which a failed captures row here would replace
+    not_captures: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 
@@ -307,8 +312,30 @@ def _write_all(writers: "lifecycle.LifecycleWriters", batches) -> None:
 
 
 def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> IngestResult:
-    """Ingest the capture files of ``inputs`` not done yet (or failed before); a capture that raises fails alone."""
-    return run_files(spark, conf, capture_files(inputs, conf["inputs.roots"]), run_id)
+    """Ingest the capture files of ``inputs`` not done yet (or failed before); a capture that raises fails alone.
+    A file that is a broker log is left alone (``IngestResult.not_captures``)."""
+    files, logs = [], {}
+    for f in capture_files(inputs, conf["inputs.roots"]):
+        kind = _log_format(f.path)
+        if kind is None:
+            files.append(f)
+        else:
+            logs[f.path] = f"a broker log ({kind}), not a capture: give it with --logs"
+            log.warning("%s: %s; left alone", f.path, logs[f.path])
+    result = run_files(spark, conf, files, run_id)
+    result.not_captures = logs
+    return result
+
+
+def _log_format(path: str) -> str | None:
+    """The broker-log format a file that is not a packet capture opens with (None: not a log, or a capture)."""
+    if _sniffed(path) is not None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return log_sniff(f.read(LOG_SNIFF_BYTES))
+    except OSError:  # gone or unreadable since it was listed: the capture's row says failed
+        return None
 
 
 def run_files(spark, conf: Config, files: list[CaptureFile], run_id: str | None = None) -> IngestResult:

@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from amqplens.decode import __version__
 from amqplens.decode import clock
+from amqplens.decode.capture import sniff_format
 from amqplens.logs import FORMATS, LOG_FORMATS, SNIFF_BYTES, UNKNOWN, sniff
 from amqplens.logs.batches import SPLITS_SCHEMA, Options, read_log_splits
 from amqplens.logs.lines import count_newlines, plan_splits
@@ -72,6 +73,9 @@ class LogIngestResult:
     logs: list[dict]  # the captures rows written for the logs
     skipped: list[str]
     failed: dict[str, str] = dataclasses.field(default_factory=dict)  # log id -> error, of logs that raised
+    # path -> why, of files left alone because they are packet captures, not logs: their rows are the capture
+    # ingest's (the same bytes are the same capture_id there), which a failed log row here would replace
+    not_logs: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 # --------------------------------------------------------------------- inputs
@@ -146,12 +150,19 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> Lo
     """Ingest the logs of ``inputs`` not done yet (or failed before); a log that makes the job raise fails alone."""
     run_id = run_id or uuid.uuid4().hex[:12]
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
-    files = log_files(inputs, conf["inputs.roots"])
+    files, not_logs = [], {}
+    for f in log_files(inputs, conf["inputs.roots"]):
+        kind = _capture_format(f) if f.log_format == UNKNOWN else None
+        if kind is None:
+            files.append(f)
+        else:
+            not_logs[f.path] = f"a packet capture ({kind}), not a log: give it with --input"
+            log.warning("%s: %s; left alone", f.path, not_logs[f.path])
     fp = fingerprint(conf, _captures_hash(store))
     apps = {f.log_id: app_id(f.log_id, fp) for f in files}
     units, skipped = isolation.plan(store, apps, run_id)
     if not units:
-        return LogIngestResult(run_id, [], skipped)
+        return LogIngestResult(run_id, [], skipped, not_logs=not_logs)
     by_id = {f.log_id: f for f in files if f.log_id in units}
 
     def ingest(ids):
@@ -160,7 +171,15 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> Lo
     done = isolation.isolated(JOB, list(by_id), ingest, lambda lid: ingest([lid]))
     isolation.mark_failed(spark, store, done.failed, apps, run_id,
                           rows={lid: _capture_row(by_id[lid], {}, clock.EPOCH_DAY, 0, 0, run_id, fp) for lid in done.failed})
-    return LogIngestResult(run_id, done.results, skipped, done.failed)
+    return LogIngestResult(run_id, done.results, skipped, done.failed, not_logs)
+
+
+def _capture_format(f: LogFile) -> str | None:
+    """``pcap`` or ``pcapng`` when the file is a packet capture."""
+    try:
+        return sniff_format(f.path)
+    except OSError:  # gone or unreadable since it was listed: the log's row says failed
+        return None
 
 
 def _ingest(spark, conf: Config, store: TableStore, todo: list[LogFile], units: dict[str, str], run_id: str, fp: str) -> list[dict]:

@@ -9,6 +9,8 @@ captured publishes. Then the same logs again change no table.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import pytest
@@ -33,9 +35,15 @@ def lake(spark, tmp_path_factory):
             garbage]
     # the quality gates have tests of their own; here they would only add minutes
     args = ["--lake", str(out / "lake"), "--run-id", "logs-e2e", "--set", f"report.out={out / 'report'}", "--set", "validate.enabled=false"]
-    # notes.txt holds no log line: its captures row is failed, so the run completes with exit 3
-    assert cli.main(["run", "--input", *map(str, CAPTURES), "--logs", *map(str, logs), *args]) == 3
-    return {"root": out, "logs": logs, "args": args}
+    # notes.txt holds no log line: its captures row is failed, so the run completes with exit 3. A broker log given
+    # as a capture too, and a capture given as a log too, are left alone by the wrong ingest (same bytes, same
+    # capture_id: a failed row of the wrong kind would replace the right rows)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = cli.main(["run", "--input", *map(str, CAPTURES), str(BROKER / "rabbitmq.log"),
+                         "--logs", str(LOGS / "broker_logs.pcap"), *map(str, logs), *args])
+    assert code == 3, printed.getvalue()
+    return {"root": out, "logs": logs, "args": args, "printed": printed.getvalue()}
 
 
 def _read(spark, lake, name):
@@ -56,6 +64,23 @@ def test_each_log_is_a_captures_row_and_the_unknown_one_an_error(spark, lake):
     assert bad.status == "failed" and bad.capture_errors == 1
     (err,) = _read(spark, lake, "decode_errors").where(f"capture_id = '{bad.capture_id}'").collect()
     assert (err.stage, err.reason, err.offset, bytes(err.raw)) == ("log", "unknown_log_format", 0, b"these are not log lines")
+
+
+def test_a_file_of_the_other_kind_is_left_alone_and_loses_nothing(spark, lake):
+    """broker_logs.pcap was given with --logs too, rabbitmq.log with --input too: each keeps the rows of its own
+    kind (the capture every frame its decoder finds, the log its events), and the stage lines say what was left."""
+    from amqplens.decode import decode_capture
+
+    pcap = LOGS / "broker_logs.pcap"
+    row = _read(spark, lake, "captures").where(f"path = '{pcap}'").first()
+    assert (row.format, row.status) == ("pcap", "ok")
+    frames = _read(spark, lake, "frames").where(f"capture_id = '{row.capture_id}'").count()
+    assert frames == len(decode_capture(pcap).frames()) > 0
+    log_row = _read(spark, lake, "captures").where(f"path = '{BROKER / 'rabbitmq.log'}'").first()
+    assert (log_row.format, log_row.status) == ("rabbitmq-3.9", "ok")
+    assert _read(spark, lake, "broker_events").where(f"log_id = '{log_row.capture_id}'").count() > 0
+    assert "1 broker log(s) left alone (give them with --logs)" in lake["printed"]
+    assert "1 packet capture(s) left alone (give them with --input)" in lake["printed"]
 
 
 def test_a_traced_frame_that_did_not_decode_is_one_stage_frame_error_counted_once(spark, lake):
