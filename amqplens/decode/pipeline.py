@@ -41,6 +41,13 @@ SPLITS_SCHEMA = pa.schema(
 
 PACKETS_OUT_SCHEMA = PACKET_SCHEMA.append(pa.field("kind", pa.string())).append(pa.field("meta", pa.string()))
 
+# What a row of the batch functions (and of the ingest's decode task) is, in its ``kind`` column: stage 1 gives packet,
+# capture_error and split_stats rows; stage 2 connection, frame and error rows and passes split_stats on; the
+# ingest's task turns the frame, connection and error rows into files and reports them (staged_file, task_counts,
+# lifecycle_failed: amqplens/jobs/ingest_captures.py).
+RowKind = typing.Literal["packet", "capture_error", "split_stats", "connection", "frame", "error", "staged_file",
+                         "task_counts", "lifecycle_failed"]
+
 
 def _arrow_type(annotation) -> pa.DataType:
     base = {str: pa.string(), int: pa.int64(), bool: pa.bool_(), bytes: pa.binary()}
@@ -124,7 +131,7 @@ def error_id(capture_id: str, connection_id: str | None, direction: str | None, 
 # ----------------------------------------------------------------- stage 1
 
 
-def _meta_batch(capture_id: str, kind: str, metas: list[str]) -> pa.RecordBatch:
+def _meta_batch(capture_id: str, kind: RowKind, metas: list[str]) -> pa.RecordBatch:
     n = len(metas)
     cols = [pa.nulls(n, f.type) for f in PACKET_SCHEMA]
     cols[0] = pa.array([capture_id] * n, pa.string())
@@ -254,7 +261,7 @@ def _capture_error_row(capture_id: str, meta: str) -> dict:
     )
 
 
-def out_batch(schema: pa.Schema, kind: str, capture_id: str, n: int, **columns) -> pa.RecordBatch:
+def out_batch(schema: pa.Schema, kind: RowKind, capture_id: str, n: int, **columns) -> pa.RecordBatch:
     """A stage-2 batch of one kind: the named struct columns filled, the others null."""
     arrays = [pa.array([kind] * n, pa.string()), pa.array([capture_id] * n, pa.string())]
     for field in list(schema)[2:]:
@@ -300,7 +307,7 @@ class _FlowDecoder:
         self.errors += [_codec_error_row(self.capture_id, e) for e in consumer.drain_errors()]
         self.errors += [_codec_error_row(self.capture_id, e, STAGE_FRAME) for e in consumer.drain_frame_errors()]
 
-    def batch(self, kind: str, n: int, **columns) -> pa.RecordBatch:
+    def batch(self, kind: RowKind, n: int, **columns) -> pa.RecordBatch:
         return out_batch(self.schema, kind, self.capture_id, n, **columns)
 
     def feed(self, columns) -> Iterator[pa.RecordBatch]:
@@ -363,7 +370,7 @@ def decode_flows(batches: Iterable[pa.RecordBatch], options: Options = Options()
     def passthrough(kind: str, cid: str, meta: str) -> pa.RecordBatch:
         if kind == "capture_error":
             return out_batch(schema, "error", cid, 1, error=pa.array([_capture_error_row(cid, meta)], ERROR_STRUCT))
-        return out_batch(schema, kind, cid, 1, meta=pa.array([meta], pa.string()))
+        return out_batch(schema, typing.cast(RowKind, kind), cid, 1, meta=pa.array([meta], pa.string()))  # stage 1's kind
 
     for batch in batches:
         if batch.num_rows == 0:

@@ -28,6 +28,7 @@ import hashlib
 import json
 import logging
 import uuid
+from typing import Final
 
 from amqplens.decode import __version__
 from amqplens.decode import clock
@@ -37,6 +38,7 @@ from amqplens.logs import SNIFF_BYTES as LOG_SNIFF_BYTES
 from amqplens.logs import sniff as log_sniff
 from amqplens.decode.codecs import DecodeOptions
 from amqplens.decode.common.reports import MetaReport
+from amqplens.decode.pipeline import RowKind
 from amqplens.decode.tls import KeyLog
 from amqplens.lake import isolation
 from amqplens.jobs import lifecycle
@@ -140,10 +142,10 @@ def _split_rows(files: list[CaptureFile], split_size: int, min_split_size: int =
     return rows
 
 
-STAGED_FILE = "staged_file"  # kind of the flows rows that report a file a task wrote (meta: a StagedFile)
-TASK_COUNTS = "task_counts"  # kind of the flows rows with a task's counts per capture (meta: its CaptureCounts)
+STAGED_FILE: Final[RowKind] = "staged_file"  # kind of the flows rows that report a file a task wrote (meta: a StagedFile)
+TASK_COUNTS: Final[RowKind] = "task_counts"  # kind of the flows rows with a task's counts per capture (meta: its CaptureCounts)
 STAGED_TABLES = ("connections", "frames", "decode_errors")  # what the decode tasks write themselves
-LIFECYCLE_FAILED = "lifecycle_failed"  # kind of the flows rows naming a capture the fused lifecycle left to the job (meta: why)
+LIFECYCLE_FAILED: Final[RowKind] = "lifecycle_failed"  # kind of the flows rows naming a capture the fused lifecycle left to the job (meta: why)
 
 
 def frame_rows(out):
