@@ -125,17 +125,15 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
     if inputs:
         with Stage("ingest-captures", spark) as stage:
             result = ingest_captures.run(spark, conf, inputs, run_id=run_id)
-            stage.done(f"{len(result.captures)} capture(s) written, {len(result.skipped)} already done"
-                       + (f", {len(result.failed)} failed" if result.failed else "")
-                       + (f", {len(result.not_captures)} broker log(s) left alone (give them with --logs)" if result.not_captures else ""))
+            stage.done(_ingest_line("capture", result.captures, result.skipped, result.failed, result.not_captures,
+                                    "broker log(s) left alone (give them with --logs)"))
         ids += [c["capture_id"] for c in result.captures] + result.skipped + list(result.failed)
         fused = set(result.lifecycle)
     if logs:  # after the captures (its events join their connections), before lifecycle (trace frames feed it)
         with Stage("ingest-logs", spark) as stage:
             done = ingest_logs.run(spark, conf, logs, run_id=run_id)
-            stage.done(f"{len(done.logs)} log(s) written, {len(done.skipped)} already done"
-                       + (f", {len(done.failed)} failed" if done.failed else "")
-                       + (f", {len(done.not_logs)} packet capture(s) left alone (give them with --input)" if done.not_logs else ""))
+            stage.done(_ingest_line("log", done.logs, done.skipped, done.failed, done.not_logs,
+                                    "packet capture(s) left alone (give them with --input)"))
         ids += [r["capture_id"] for r in done.logs] + done.skipped + list(done.failed)
     all_ids = list(ids)
     if only_ingest:
@@ -160,6 +158,12 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
         stage.done(str(page))
     _raise_if_captures_failed(spark, conf, all_ids)
     return page
+
+
+def _ingest_line(what: str, written: list, skipped: list, failed: dict, left: dict, left_what: str) -> str:
+    """An ingest stage's line: files written, already done, failed, and left alone as files of the other kind."""
+    return (f"{len(written)} {what}(s) written, {len(skipped)} already done" + (f", {len(failed)} failed" if failed else "")
+            + (f", {len(left)} {left_what}" if left else ""))
 
 
 class CapturesFailed(Exception):

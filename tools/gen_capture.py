@@ -146,39 +146,29 @@ class FrameFactory:
         return f
 
     # methods whose only varying number is a delivery tag ----------------------
-    def _tag_template(self, key: tuple, make) -> tuple[bytes, bytes]:
+    def _with_tag(self, channel: int, delivery_tag: int, method: type, **fields: Any) -> bytes:
+        """``method(delivery_tag=..., **fields)`` on ``channel``: marshalled once per shape with a sentinel tag,
+        whose 8 bytes are then replaced by the tag."""
+        key = (method.NAME, channel, *sorted(fields.items()))
         t = self._tagged.get(key)
         if t is None:
-            t = self._tagged[key] = _split_at(make(), _Q.pack(_SENT_TAG))
-        return t
+            t = self._tagged[key] = _split_at(_method_bytes(channel, method(delivery_tag=_SENT_TAG, **fields)), _Q.pack(_SENT_TAG))
+        pre, post = t
+        return pre + _Q.pack(delivery_tag) + post
 
     def deliver(self, channel: int, consumer_tag: str, delivery_tag: int, redelivered: bool,
                 exchange: str, routing_key: str) -> bytes:
-        pre, post = self._tag_template(
-            ("deliver", channel, consumer_tag, redelivered, exchange, routing_key),
-            lambda: _method_bytes(channel, spec.Basic.Deliver(
-                consumer_tag=consumer_tag, delivery_tag=_SENT_TAG, redelivered=redelivered,
-                exchange=exchange, routing_key=routing_key)))
-        return pre + _Q.pack(delivery_tag) + post
+        return self._with_tag(channel, delivery_tag, spec.Basic.Deliver, consumer_tag=consumer_tag, redelivered=redelivered,
+                              exchange=exchange, routing_key=routing_key)
 
     def ack(self, channel: int, delivery_tag: int, multiple: bool) -> bytes:
-        pre, post = self._tag_template(
-            ("ack", channel, multiple),
-            lambda: _method_bytes(channel, spec.Basic.Ack(delivery_tag=_SENT_TAG, multiple=multiple)))
-        return pre + _Q.pack(delivery_tag) + post
+        return self._with_tag(channel, delivery_tag, spec.Basic.Ack, multiple=multiple)
 
     def nack(self, channel: int, delivery_tag: int, multiple: bool, requeue: bool) -> bytes:
-        pre, post = self._tag_template(
-            ("nack", channel, multiple, requeue),
-            lambda: _method_bytes(channel, spec.Basic.Nack(
-                delivery_tag=_SENT_TAG, multiple=multiple, requeue=requeue)))
-        return pre + _Q.pack(delivery_tag) + post
+        return self._with_tag(channel, delivery_tag, spec.Basic.Nack, multiple=multiple, requeue=requeue)
 
     def reject(self, channel: int, delivery_tag: int, requeue: bool) -> bytes:
-        pre, post = self._tag_template(
-            ("reject", channel, requeue),
-            lambda: _method_bytes(channel, spec.Basic.Reject(delivery_tag=_SENT_TAG, requeue=requeue)))
-        return pre + _Q.pack(delivery_tag) + post
+        return self._with_tag(channel, delivery_tag, spec.Basic.Reject, requeue=requeue)
 
     # content ------------------------------------------------------------------
     @staticmethod

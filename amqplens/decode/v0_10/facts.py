@@ -32,11 +32,6 @@ class ConnectionFacts(_Base):
         self.facts["dialect"] = "0-10"
         self.facts["version_major"], self.facts["version_minor"] = 0, 10
 
-    def on_method(self, direction: str, class_name: str, method_name: str, args: dict) -> None:
-        handler = _HANDLERS.get((class_name, method_name))
-        if handler is not None:
-            handler(self, direction, args)
-
     def _start(self, direction: str, args: dict) -> None:
         self._peer("server", args.get("server_properties"))
         self.facts["server_mechanisms"] = _names(args.get("mechanisms"))
@@ -51,16 +46,8 @@ class ConnectionFacts(_Base):
                 f[key] = args.get(arg)
 
 
-
-_HANDLERS = {
-    ("connection", "start"): ConnectionFacts._start,
-    ("connection", "start-ok"): _Base._start_ok,
-    ("connection", "secure-ok"): _Base._secure_ok,
-    ("connection", "tune"): ConnectionFacts._tune,
-    ("connection", "tune-ok"): _Base._tune_ok,
-    ("connection", "open"): _Base._open,
-    ("connection", "close"): _Base._close,  # 0-10's close names no class or method: those facts stay null
-    ("connection", "close-ok"): _Base._close_ok,
-}
+# the 0-9-1 family's handlers, with 0-10's own start (str16-array mechanisms and locales) and tune (max-frame-size,
+# heartbeat-max); 0-10's close names no class or method, so those facts stay null
+ConnectionFacts.HANDLERS = {**_Base.HANDLERS, ("connection", "start"): ConnectionFacts._start, ("connection", "tune"): ConnectionFacts._tune}
 
 __all__ = ["ConnectionFacts", "FACT_KEYS", "sasl_user", "to_json"]

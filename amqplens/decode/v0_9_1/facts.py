@@ -14,7 +14,8 @@ a password's SHA-256 falls to a dictionary.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from amqplens.decode.common.facts import FACT_KEYS, redact  # noqa: F401  (this package's names)
 from amqplens.decode.errors import DecodeError
@@ -45,6 +46,9 @@ def sasl_user(mechanism, response) -> str | None:
 
 
 class ConnectionFacts:
+    # (class, method) -> the handler of its arguments, set below the class (a dialect's subclass sets its own)
+    HANDLERS: ClassVar[dict[tuple[str, str], Callable[[Any, str, dict], None]]] = {}
+
     def __init__(self, connection_id: str, redaction_key: bytes | None = None, redact_secrets: bool = True) -> None:
         self.facts: dict[str, Any] = dict.fromkeys(FACT_KEYS)
         self.facts["connection_id"] = connection_id
@@ -53,7 +57,7 @@ class ConnectionFacts:
         self.redact_secrets = redact_secrets
 
     def on_method(self, direction: str, class_name: str, method_name: str, args: dict) -> None:
-        handler = _HANDLERS.get((class_name, method_name))
+        handler = self.HANDLERS.get((class_name, method_name))
         if handler is not None:
             handler(self, direction, args)
 
@@ -61,7 +65,7 @@ class ConnectionFacts:
         if self.redact_secrets and name in args:
             args[name] = redact(args[name], self.redaction_key)
 
-    # -- handlers (dispatched by (class, method) in _HANDLERS) ------------------------------
+    # -- handlers (dispatched by (class, method) in HANDLERS) ------------------------------
     def _peer(self, side: str, props) -> None:
         if not isinstance(props, dict):
             return
@@ -127,7 +131,7 @@ class ConnectionFacts:
         self.facts["last_blocked_reason"] = _text(args.get("reason"))
 
 
-_HANDLERS = {
+ConnectionFacts.HANDLERS = {
     ("connection", "start"): ConnectionFacts._start,
     ("connection", "start-ok"): ConnectionFacts._start_ok,
     ("connection", "secure-ok"): ConnectionFacts._secure_ok,
@@ -140,4 +144,4 @@ _HANDLERS = {
     ("connection", "blocked"): ConnectionFacts._blocked,
 }
 # classes whose methods any handler looks at: the stream decoder skips ``on_method`` for the others
-FACT_CLASSES = frozenset(c for c, _ in _HANDLERS)
+FACT_CLASSES = frozenset(c for c, _ in ConnectionFacts.HANDLERS)
