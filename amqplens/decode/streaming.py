@@ -44,6 +44,7 @@ MAX_ERROR_BYTES = 4096  # raw bytes one error row keeps (its sha256 covers them 
 YES, NO, WAIT = 1, 0, -1
 K = TypeVar("K")  # a message tracker's key: a channel, a link
 M = TypeVar("M")  # its open message
+T = TypeVar("T")  # a codec's tracker
 _REASON = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a decode_error's machine-readable part, before ": "
 
 
@@ -410,11 +411,11 @@ class StreamDecoderBase:
     _facts: Any  # the codec's connection facts: a ConnectionFacts (``.facts``), or the facts dict itself
 
     def _init_framed(
-        self, connection_id: str, framer: Callable[[str, Any, int], Any], tracker: Callable[[int], Any],
+        self, connection_id: str, framer: Callable[[str, Any, int], Any], tracker: Callable[[int], T],
         facts: Callable[[str, bytes | None, bool], Any], *, max_frame_size: int = MAX_FRAME_SIZE,
         resync_max_frame: int = RESYNC_MAX_FRAME, max_error_bytes: int = MAX_ERROR_BYTES, body_prefix_bytes: int = 0,
         redact: bool = True, redaction_key: bytes | None = None,
-    ) -> dict:
+    ) -> dict[str, T]:
         """``_init_streams`` for a codec of sized frames (``FramedOptions``): one ``framer(direction, self,
         max_error_bytes)`` and one ``tracker(body_prefix_bytes)`` per direction, the frame limits, and the connection
         facts ``facts(connection_id, redaction_key, redact)``. Returns the trackers by direction."""
