@@ -33,7 +33,7 @@ from typing import Final
 from amqplens.decode import __version__
 from amqplens.decode import clock
 from amqplens.decode import pipeline
-from amqplens.decode.capture import plan_splits, sniff_format
+from amqplens.decode.capture import plan_splits, sniff_format, sniff_head
 from amqplens.logs import SNIFF_BYTES as LOG_SNIFF_BYTES
 from amqplens.logs import sniff as log_sniff
 from amqplens.decode.codecs import DecodeOptions
@@ -331,13 +331,12 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> In
 
 def _log_format(path: str) -> str | None:
     """The broker-log format a file that is not a packet capture opens with (None: not a log, or a capture)."""
-    if _sniffed(path) is not None:
-        return None
     try:
         with open(path, "rb") as f:
-            return log_sniff(f.read(LOG_SNIFF_BYTES))
+            head = f.read(LOG_SNIFF_BYTES)
     except OSError:  # gone or unreadable since it was listed: the capture's row says failed
         return None
+    return None if sniff_head(head) is not None else log_sniff(head)
 
 
 def run_files(spark, conf: Config, files: list[CaptureFile], run_id: str | None = None) -> IngestResult:

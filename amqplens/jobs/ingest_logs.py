@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from amqplens.decode import __version__
 from amqplens.decode import clock
-from amqplens.decode.capture import sniff_format
+from amqplens.decode.capture import sniff_head
 from amqplens.logs import FORMATS, LOG_FORMATS, SNIFF_BYTES, UNKNOWN, sniff
 from amqplens.logs.batches import SPLITS_SCHEMA, Options, read_log_splits
 from amqplens.logs.lines import count_newlines, plan_splits
@@ -65,6 +65,7 @@ class LogFile:
     size: int
     log_id: str
     log_format: str  # a FORMATS name, or UNKNOWN
+    capture_format: str | None = None  # "pcap" or "pcapng" when the file is a packet capture, not a log
 
 
 @dataclasses.dataclass
@@ -100,7 +101,9 @@ def log_files(specs: list[str], roots: Sequence[str] = ()) -> list[LogFile]:
         with open(path, "rb") as f:
             head = f.read(SNIFF_BYTES)
         lid = sha256_file(path)
-        by_id.setdefault(lid, LogFile(path, os.path.getsize(path), lid, sniff(head) or UNKNOWN))
+        log_format = sniff(head)
+        by_id.setdefault(lid, LogFile(path, os.path.getsize(path), lid, log_format or UNKNOWN,
+                                      None if log_format else sniff_head(head)))
     return list(by_id.values())
 
 
@@ -152,11 +155,10 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> Lo
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
     files, not_logs = [], {}
     for f in log_files(inputs, conf["inputs.roots"]):
-        kind = _capture_format(f) if f.log_format == UNKNOWN else None
-        if kind is None:
+        if f.capture_format is None:
             files.append(f)
         else:
-            not_logs[f.path] = f"a packet capture ({kind}), not a log: give it with --input"
+            not_logs[f.path] = f"a packet capture ({f.capture_format}), not a log: give it with --input"
             log.warning("%s: %s; left alone", f.path, not_logs[f.path])
     fp = fingerprint(conf, _captures_hash(store))
     apps = {f.log_id: app_id(f.log_id, fp) for f in files}
@@ -172,14 +174,6 @@ def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> Lo
     isolation.mark_failed(spark, store, done.failed, apps, run_id,
                           rows={lid: _capture_row(by_id[lid], {}, clock.EPOCH_DAY, 0, 0, run_id, fp) for lid in done.failed})
     return LogIngestResult(run_id, done.results, skipped, done.failed, not_logs)
-
-
-def _capture_format(f: LogFile) -> str | None:
-    """``pcap`` or ``pcapng`` when the file is a packet capture."""
-    try:
-        return sniff_format(f.path)
-    except OSError:  # gone or unreadable since it was listed: the log's row says failed
-        return None
 
 
 def _ingest(spark, conf: Config, store: TableStore, todo: list[LogFile], units: dict[str, str], run_id: str, fp: str) -> list[dict]:

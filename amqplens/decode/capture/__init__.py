@@ -24,6 +24,7 @@ from amqplens.decode.capture.splits import (
     read_capture,
     read_split,
     sniff_format,
+    sniff_head,
 )
 
 __all__ = [
@@ -38,4 +39,5 @@ __all__ = [
     "read_capture",
     "read_split",
     "sniff_format",
+    "sniff_head",
 ]

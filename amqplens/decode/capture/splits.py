@@ -33,10 +33,11 @@ HOLD_RECORDS = 1024
 def sniff_format(path: str | os.PathLike) -> str | None:
     """``"pcap"``, ``"pcapng"`` or ``None`` from the first bytes of the file."""
     with open(path, "rb") as f:
-        return _sniff(f.read(12))
+        return sniff_head(f.read(12))
 
 
-def _sniff(head: bytes) -> str | None:
+def sniff_head(head: bytes) -> str | None:
+    """``"pcap"``, ``"pcapng"`` or ``None`` from a file's first bytes (12 are enough)."""
     if head[:4] in pcap.MAGICS:
         return "pcap"
     if head[:4] == pcapng.SHB_MAGIC and head[8:12] in pcapng.BOMS:
@@ -84,7 +85,7 @@ class SplitResult:
     def __iter__(self) -> Iterator[dict[str, list]]:
         self.errors = []
         with _mapped(self.path) as (buf, size):
-            self.stats = SplitStats(format=_sniff(bytes(buf[:12])))
+            self.stats = SplitStats(format=sniff_head(bytes(buf[:12])))
             log = ErrorLog(buf, self.max_error_bytes)
             try:
                 yield from self._read(buf, size, log)
