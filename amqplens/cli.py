@@ -42,19 +42,27 @@ def _common(p: argparse.ArgumentParser, *, inputs: bool, logs: bool = False) -> 
     add_config_arguments(p)
 
 
+def _out_argument(p) -> None:
+    p.add_argument("--out", metavar="DIR", help="report folder (config report.out; default <lake>/_report)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="amqplens", description="AMQP captures and broker logs into a Delta lakehouse")
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
-    _common(sub.add_parser("run", help=f"every stage in order: {', '.join(stages.CHAIN)}"), inputs=True, logs=True)
+    run = sub.add_parser("run", help=f"every stage in order: {', '.join(stages.CHAIN)}")
+    _common(run, inputs=True, logs=True)
+    _out_argument(run)
     for s in stages.STAGES:
         p = sub.add_parser(s.name, help=s.help)
         _common(p, inputs=s.reads == "captures", logs=s.reads == "logs")
         if s.name == "report":
-            p.add_argument("--out", metavar="DIR", help="report folder (config report.out)")
+            _out_argument(p)
         elif s.reads == "lake":
             p.add_argument("--capture-id", action="append", help="only these captures (default: every capture in the lake)")
-    _common(sub.add_parser("demo", help="run the pipeline on the bundled demo capture and print a summary"), inputs=False)
+    demo = sub.add_parser("demo", help="run the pipeline on the bundled demo capture and print a summary")
+    _common(demo, inputs=False)
+    _out_argument(demo)
     summary = sub.add_parser("summary", help="print what the lake holds")
     _common(summary, inputs=False)
     vac = sub.add_parser("vacuum", help="delete files no table snapshot references")
@@ -110,7 +118,7 @@ def later_imports(conf) -> list[str]:
     return [*(["great_expectations"] if conf["validate.enabled"] else []), "matplotlib.figure", "matplotlib.backends.backend_agg"]
 
 
-def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=()):
+def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=(), out: str | None = None):
     """Every stage in order; returns the report page (None with only_ingest)."""
     from amqplens.jobs import ingest_captures
     from amqplens.jobs import ingest_logs
@@ -122,22 +130,41 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
         _import_in_background(*later_imports(conf))
     ids = []
     fused: set[str] = set()  # captures whose lifecycle tables the ingest wrote (lifecycle.fused)
+    left: dict[str, str] = {}  # files of the other kind given to a single ingest command: path -> why
+    logs = list(logs)
     if inputs:
         with Stage("ingest-captures", spark) as stage:
             result = ingest_captures.run(spark, conf, inputs, run_id=run_id)
-            stage.done(_ingest_line("capture", result.captures, result.skipped, result.failed, result.not_captures,
-                                    "broker log(s) left alone (give them with --logs)"))
+            # `run` hands a broker log given with --input to the logs stage; `ingest-captures` leaves it (exit 2)
+            routed = "broker log(s) left alone (give them with --logs)" if only_ingest else "broker log(s) passed on to ingest-logs"
+            stage.done(_ingest_line("capture", result.captures, result.skipped, result.failed, result.not_captures, routed))
         ids += [c["capture_id"] for c in result.captures] + result.skipped + list(result.failed)
         fused = set(result.lifecycle)
+        if only_ingest:
+            left.update(result.not_captures)
+        else:
+            logs += [p for p in result.not_captures if p not in logs]
     if logs:  # after the captures (its events join their connections), before lifecycle (trace frames feed it)
         with Stage("ingest-logs", spark) as stage:
             done = ingest_logs.run(spark, conf, logs, run_id=run_id)
-            stage.done(_ingest_line("log", done.logs, done.skipped, done.failed, done.not_logs,
-                                    "packet capture(s) left alone (give them with --input)"))
+            routed = ("packet capture(s) left alone (give them with --input)" if only_ingest
+                      else "packet capture(s) passed on to ingest-captures")
+            stage.done(_ingest_line("log", done.logs, done.skipped, done.failed, done.not_logs, routed))
         ids += [r["capture_id"] for r in done.logs] + done.skipped + list(done.failed)
+        if only_ingest:
+            left.update(done.not_logs)
+        elif done.not_logs:  # captures given with --logs: ingested as captures, after the logs
+            with Stage("ingest-captures", spark) as stage:
+                result = ingest_captures.run(spark, conf, list(done.not_logs), run_id=run_id)
+                stage.done(_ingest_line("capture", result.captures, result.skipped, result.failed, {}, ""))
+            ids += [c["capture_id"] for c in result.captures] + result.skipped + list(result.failed)
+            fused |= set(result.lifecycle)
     all_ids = list(ids)
     if only_ingest:
         _raise_if_captures_failed(spark, conf, ids)
+        if left:
+            raise InputError("; ".join(f"{path}: {why}" for path, why in sorted(left.items()))
+                             + " (left alone; every other file was ingested)")
         return None
     ids = _without_failed(spark, conf, ids)
     with Stage("lifecycle", spark) as stage:
@@ -154,15 +181,18 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
         _validate(spark, conf, ids, run_id)
     _await_imports()
     with Stage("report", spark) as stage:
-        page = report.run(spark, conf)
+        page = report.run(spark, conf, out)
         stage.done(str(page))
     _raise_if_captures_failed(spark, conf, all_ids)
     return page
 
 
 def _ingest_line(what: str, written: list, skipped: list, failed: dict, left: dict, left_what: str) -> str:
-    """An ingest stage's line: files written, already done, failed, and left alone as files of the other kind."""
-    return (f"{len(written)} {what}(s) written, {len(skipped)} already done" + (f", {len(failed)} failed" if failed else "")
+    """An ingest stage's line: files written, already done, failed, and left alone as files of the other kind.
+    A file whose row says failed (nothing readable in it, or a stage raised on it) counts as failed, not written."""
+    bad = set(failed) | {r["capture_id"] for r in written if r.get("status") == "failed"}
+    ok = [r for r in written if r["capture_id"] not in bad]
+    return (f"{len(ok)} {what}(s) written, {len(skipped)} already done" + (f", {len(bad)} failed" if bad else "")
             + (f", {len(left)} {left_what}" if left else ""))
 
 
@@ -335,7 +365,7 @@ def dispatch(args) -> int:
     try:
         if args.command in ("ingest-captures", "ingest-logs", "run"):
             _run_stages(spark, conf, getattr(args, "input", []), args.run_id, only_ingest=args.command != "run",
-                        logs=getattr(args, "logs", []))
+                        logs=getattr(args, "logs", []), out=getattr(args, "out", None))
         elif args.command in ("lifecycle", "metrics"):
             _stage_command(spark, conf, args.command, args.capture_id, args.run_id)
         elif args.command == "validate":
@@ -348,7 +378,7 @@ def dispatch(args) -> int:
             if not DEMO_CAPTURE.exists():
                 print(f"amqplens: the demo capture {DEMO_CAPTURE} is missing", file=sys.stderr)
                 return 1
-            page = _run_stages(spark, conf, [str(DEMO_CAPTURE)], args.run_id)
+            page = _run_stages(spark, conf, [str(DEMO_CAPTURE)], args.run_id, out=args.out)
             print_summary(spark, conf)
             print(f"\nreport: {page}")
         elif args.command == "summary":

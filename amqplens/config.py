@@ -58,13 +58,21 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _yaml_where(exc: yaml.YAMLError) -> str:
+    """One line for a YAML error: where it is (1-based line and column) and what the parser expected."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or ""
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{where}: {problem}" if problem else where
+
+
 def _read_yaml(path: pathlib.Path | zipfile.Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
         raise ConfigError(f"config file {path}: not found") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path}: not valid YAML ({exc})") from exc
+        raise ConfigError(f"config file {path}: not valid YAML{_yaml_where(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path}: expected a mapping at the top level")
     return data
@@ -101,16 +109,17 @@ def _parse_sets(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def _validate(values: dict[str, Any]) -> dict[str, Any]:
+def _validate(values: dict[str, Any], origins: dict[str, str] | None = None) -> dict[str, Any]:
     """The flat values of every layer, checked through ``Settings``: each key known, each value its rule's; a key no
-    layer gives keeps the model's default. Returns every key's value, flat and dotted."""
+    layer gives keeps the model's default. Returns every key's value, flat and dotted. ``origins`` names the layer
+    each key came from (a file, or ``--set``), which an error message names."""
     from pydantic import ValidationError
 
     from amqplens.settings import SPEC, Settings, flat  # here, not at the top: see _flatten
     for key in values:
         if key not in SPEC:
             known = ", ".join(sorted(k for k in SPEC if k.split(".")[0] == key.split(".")[0])) or ", ".join(sorted(SPEC))
-            raise ConfigError(f"config key {key!r} is not known (known keys: {known})")
+            raise ConfigError(f"{_origin(origins, key)}config key {key!r} is not known (known keys: {known})")
     nested: dict[str, dict[str, Any]] = {}
     for key, value in values.items():
         section, name = key.split(".", 1)
@@ -120,8 +129,16 @@ def _validate(values: dict[str, Any]) -> dict[str, Any]:
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(part) for part in err["loc"][:2])
-        raise ConfigError(f"config key {key!r}: got {values.get(key)!r}, expected {SPEC[key].expected}") from None
+        got = values.get(key)
+        hint = ""
+        if isinstance(got, str) and "," in got and "list" in SPEC[key].expected:
+            hint = f" (write a list in brackets: {key}=[{got}])"
+        raise ConfigError(f"{_origin(origins, key)}config key {key!r}: got {got!r}, expected {SPEC[key].expected}{hint}") from None
     return flat(settings)
+
+
+def _origin(origins: dict[str, str] | None, key: str) -> str:
+    return f"{origins[key]}: " if origins and key in origins else ""
 
 
 def load_config(
@@ -134,10 +151,27 @@ def load_config(
         layers.append(conf_dir / "local.yaml")
     layers += [pathlib.Path(f) for f in files or []]
     merged: dict[str, Any] = {}
+    origins: dict[str, str] = {}
     for path in layers:
-        merged.update(_flatten(_read_yaml(path)))
-    merged.update(_parse_sets(sets or []))
-    return Config(_validate(merged), tuple(str(p) for p in layers) + tuple(f"--set {s}" for s in sets or []))
+        values = _flatten(_read_yaml(path))
+        merged.update(values)
+        origins.update(dict.fromkeys(values, f"config file {path}"))
+    values = _parse_sets(sets or [])
+    merged.update(values)
+    origins.update(dict.fromkeys(values, "--set"))
+    return Config(_validate(merged, origins), tuple(str(p) for p in layers) + tuple(f"--set {s}" for s in sets or []))
+
+
+def report_dir(conf: Config, out: str | None = None) -> str:
+    """The report folder: ``out`` (``--out``), else ``report.out``; ``auto`` puts it in the lake, ``<lake>/_report``,
+    so two lakes never share (or overwrite) one report; a lake on an object store gets ``./report``."""
+    chosen = out or conf["report.out"]
+    if chosen != "auto":
+        return chosen
+    root = str(conf["lake.root"])
+    if "://" in root and not root.startswith("file://"):
+        return "./report"
+    return str(pathlib.Path(root.removeprefix("file://")) / "_report")
 
 
 def add_config_arguments(parser) -> None:

@@ -12,7 +12,7 @@ import glob
 import os
 import pathlib
 
-from amqplens.config import Config
+from amqplens.config import Config, report_dir
 from amqplens.inputs import InputError, expand_inputs
 
 # commands that only read the lake (a missing lake reads as an empty one); the others write it
@@ -71,4 +71,4 @@ def check(args, conf: Config) -> None:
     else:
         writable_dir(conf["lake.root"], "lake")
     if command in ("run", "demo", "report"):
-        writable_dir(getattr(args, "out", None) or conf["report.out"], "report folder")
+        writable_dir(report_dir(conf, getattr(args, "out", None)), "report folder")

@@ -7,7 +7,8 @@
   (<seconds>)`` when the stage ends. While it runs, a thread polls Spark's status
   tracker and the stage's counters (``counter``: accumulators the tasks add to when
   they finish: bytes read, frames decoded) and, on a terminal, redraws one line
-  (``tasks 3/8, 12.0 MB read, 45,120 frames``); when stdout is not a terminal (CI,
+  (``tasks 3/8, 12.0 MB read, 45,120 frames``; the tasks of every job the stage ran
+  so far, so the count only grows); when stdout is not a terminal (CI,
   Airflow's task log) it prints that line as a plain line every ``PLAIN_EVERY_S``
   seconds, so a short stage still prints exactly one line.
 
@@ -93,6 +94,7 @@ class Stage:
         self.tty = self.out.isatty() if tty is None else tty
         self.plain_every_s = plain_every_s
         self.counters: dict = {}
+        self._jobs: set[int] = set()  # Spark jobs seen running while the stage ran
         self.text = "done"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -106,16 +108,38 @@ class Stage:
         return time.monotonic() - self._t0
 
     def status(self) -> str:
-        """``tasks d/t`` of the Spark stages now running, then each counter; empty before any job started."""
+        """``tasks d/t (n jobs)`` over every Spark job seen since the stage began, then each counter; empty before any
+        job started. The count only grows; the total grows as the stage submits more jobs (a stage of several queries
+        plans its jobs one after another), so neither jumps back when one job ends and the next begins."""
         parts = []
         if self.spark is not None:
-            tracker = self.spark.sparkContext.statusTracker()
-            infos = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
-            infos = [i for i in infos if i is not None]
-            if infos:
-                parts.append(f"tasks {sum(i.numCompletedTasks for i in infos)}/{sum(i.numTasks for i in infos)}")
+            tasks = self._tasks(self.spark.sparkContext.statusTracker())
+            if tasks is not None:
+                done, total, jobs = tasks
+                parts.append(f"tasks {done:,}/{total:,}" + (f" ({jobs} jobs)" if jobs > 1 else ""))
         parts += [_amount(name, acc.value) for name, acc in self.counters.items() if acc.value]
         return ", ".join(parts)
+
+    def _tasks(self, tracker) -> tuple[int, int, int] | None:
+        """(tasks done, tasks known, jobs) of the jobs running now or seen running since the stage began. A finished
+        job counts the tasks it ran (a stage it skipped, its shuffle output reused, has none to run); a running job
+        counts every task of its stages, pending ones included."""
+        self._jobs.update(tracker.getActiveJobsIds())
+        if not self._jobs:
+            return None
+        done = total = 0
+        for job_id in sorted(self._jobs):
+            job = tracker.getJobInfo(job_id)
+            if job is None:  # no longer retained
+                continue
+            finished = job.status != "RUNNING"
+            for stage_id in job.stageIds:
+                info = tracker.getStageInfo(stage_id)
+                if info is None:
+                    continue
+                done += info.numCompletedTasks
+                total += info.numCompletedTasks if finished else max(info.numTasks, info.numCompletedTasks)
+        return done, total, len(self._jobs)
 
     def _line(self) -> str:
         status = self.status()

@@ -316,7 +316,7 @@ class MetricsSettings(_Section):
 
 
 class ReportSettings(_Section):
-    out: Str = setting("./report", "report folder (`--out`)")
+    out: Str = setting("auto", "report folder (`--out`); `auto`: `<lake>/_report` beside the lake's tables (`./report` for a lake on an object store)")
     top_n: Annotated[int, *Int(1)] = setting(10, "rows of each top-N table")
     busiest: Annotated[int, *Int(1)] = setting(4, "channels / links drawn in the over-time plots")
     connection_pages: Annotated[int, *Int(0)] = setting(

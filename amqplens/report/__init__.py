@@ -27,7 +27,7 @@ from amqplens.report import data
 from amqplens.report import pages
 from amqplens.report import plots
 from amqplens.report import png
-from amqplens.config import Config
+from amqplens.config import Config, report_dir
 from amqplens.lake.store import TableStore
 from amqplens.report.logs import alarm_intervals, broker_event_rows, broker_events_table
 
@@ -282,7 +282,7 @@ def write_plotly_js(out_dir: pathlib.Path) -> None:
 def run(spark, conf: Config, out: str | None = None) -> pathlib.Path:
     """Write <out>/index.html, its PNGs, plotly.min.js and <out>/connections/*.html; returns the overview's path."""
     store = TableStore(spark, conf["lake.root"])
-    out_dir = pathlib.Path(out or conf["report.out"]).resolve()
+    out_dir = pathlib.Path(report_dir(conf, out)).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     write_plotly_js(out_dir)
     # Independent queries at once from driver threads: each is a small aggregate whose cost on a small lake is

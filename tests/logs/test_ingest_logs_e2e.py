@@ -79,8 +79,31 @@ def test_a_file_of_the_other_kind_is_left_alone_and_loses_nothing(spark, lake):
     log_row = _read(spark, lake, "captures").where(f"path = '{BROKER / 'rabbitmq.log'}'").first()
     assert (log_row.format, log_row.status) == ("rabbitmq-3.9", "ok")
     assert _read(spark, lake, "broker_events").where(f"log_id = '{log_row.capture_id}'").count() > 0
-    assert "1 broker log(s) left alone (give them with --logs)" in lake["printed"]
-    assert "1 packet capture(s) left alone (give them with --input)" in lake["printed"]
+    assert "1 broker log(s) passed on to ingest-logs" in lake["printed"]
+    assert "1 packet capture(s) passed on to ingest-captures" in lake["printed"]
+
+
+def test_run_ingests_a_log_given_with_input_and_ingest_captures_refuses_it(spark, tmp_path):
+    """Issue 36.7: exit 0 means every capture and log was processed. `run --input LOG` (no --logs) ingests the log
+    with the logs stage (its events are in broker_events); `ingest-captures --input LOG` cannot, says so, exit 2."""
+    from amqplens.lake.store import TableStore
+
+    log_file = LOGS / "rabbitmq_3_10.log"
+    args = ["--lake", str(tmp_path / "lake"), "--set", f"report.out={tmp_path / 'report'}", "--set", "validate.enabled=false"]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert cli.main(["run", "--input", str(log_file), *args]) == 0, printed.getvalue()
+    assert "0 capture(s) written, 0 already done, 1 broker log(s) passed on to ingest-logs" in printed.getvalue()
+    store = TableStore(spark, str(tmp_path / "lake"))
+    (row,) = store.read("captures").collect()
+    assert (row.path, row.status) == (str(log_file), "ok")
+    assert store.read("broker_events").where(f"log_id = '{row.capture_id}'").count() > 0
+    errors = io.StringIO()
+    with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
+        code = cli.main(["ingest-captures", "--input", str(log_file), "--lake", str(tmp_path / "lake2")])
+    assert code == 2
+    assert errors.getvalue().strip() == (f"amqplens: {log_file}: a broker log (rabbitmq-3.9), not a capture: give it with --logs "
+                                         "(left alone; every other file was ingested)")
 
 
 def test_a_traced_frame_that_did_not_decode_is_one_stage_frame_error_counted_once(spark, lake):

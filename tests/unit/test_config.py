@@ -67,6 +67,28 @@ def test_broken_yaml_file_is_named(conf_dir, tmp_path):
         load_config([str(tmp_path / "nope.yaml")], conf_dir=conf_dir)
 
 
+def test_messages_name_their_layer_and_fit_one_line(conf_dir, tmp_path):
+    """Issue 36.9: an unknown key in a file names the file (a --set typo says --set); invalid YAML is one line
+    with its line and column; a comma list in --set shows the accepted bracket form."""
+    typo = tmp_path / "local.yaml"
+    typo.write_text("capture:\n  amqp_portz: [5672]\n")
+    with pytest.raises(ConfigError) as raised:
+        load_config([str(typo)], conf_dir=conf_dir)
+    assert str(raised.value).startswith(f"config file {typo}: config key 'capture.amqp_portz' is not known")
+    with pytest.raises(ConfigError) as raised:
+        load_config(sets=["capture.amqp_portz=[5672]"], conf_dir=conf_dir)
+    assert str(raised.value).startswith("--set: config key 'capture.amqp_portz' is not known")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("capture:\n  amqp_ports: [1\n  x: 2\n")
+    with pytest.raises(ConfigError) as raised:
+        load_config([str(broken)], conf_dir=conf_dir)
+    assert str(raised.value) == f"config file {broken}: not valid YAML at line 3, column 4: expected ',' or ']', but got ':'"
+    with pytest.raises(ConfigError) as raised:
+        load_config(sets=["capture.amqp_ports=5672,5673"], conf_dir=conf_dir)
+    assert str(raised.value).endswith("(write a list in brackets: capture.amqp_ports=[5672,5673])")
+    assert load_config(sets=["capture.amqp_ports=[5672,5673]"], conf_dir=conf_dir)["capture.amqp_ports"] == [5672, 5673]
+
+
 def test_quick_jit_puts_the_c1_flag_on_the_embedded_driver_only_when_on(conf_dir):
     from amqplens.session import LOG4J, driver_java_options
 
