@@ -267,13 +267,33 @@ def _stage_command(spark, conf, stage: str, capture_ids, run_id) -> None:
     _raise_if_captures_failed(spark, conf, ids)
 
 
+def table_sizes(store) -> dict[str, tuple[int | None, int | None]]:
+    """Every table of the lake: (rows, version) from its Delta log's file statistics (no Spark job); (None, None) for
+    a table not written yet."""
+    from amqplens.contracts import ALL_TABLES
+
+    sizes: dict[str, tuple[int | None, int | None]] = {}
+    for name in ALL_TABLES:
+        dt = store.delta(name)
+        if dt is None:
+            sizes[name] = (None, None)
+            continue
+        records = dt.get_add_actions(flatten=True).column("num_records").to_pylist()
+        sizes[name] = (sum(r or 0 for r in records), dt.version())
+    return sizes
+
+
 def print_summary(spark, conf, out=sys.stdout) -> None:
     from pyspark.sql import functions as F
 
+    from amqplens.contracts import ALL_TABLES
     from amqplens.lake.store import TableStore
 
     store = TableStore(spark, conf["lake.root"])
     print(f"lake: {store.root}", file=out)
+    print(f"\ntables ({len(ALL_TABLES)}):", file=out)
+    for name, (rows, version) in table_sizes(store).items():
+        print(f"  {name:<20} " + ("not written yet" if rows is None else f"{rows:>12,} rows  (version {version})"), file=out)
     caps = store.read("captures").orderBy("path").collect()
     print(f"\ncaptures ({len(caps)}):", file=out)
     for c in caps:
