@@ -63,10 +63,11 @@ def _cell(v) -> str:
 
 
 def table_html(cols, rows, raw: set | frozenset = frozenset()) -> str:
-    """An HTML table; values escaped except the columns in ``raw`` (links this module built)."""
+    """An HTML table; values escaped except the columns in ``raw`` (links this module built). Columns all named ""
+    (a two-column list of facts) make no header row."""
     if not rows:
         return "<p>(none)</p>"
-    head = "<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>"
+    head = "<table>" + ("<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>" if any(cols) else "")
     return head + "".join("<tr>" + "".join(f"<td>{v if c in raw else _cell(v)}</td>" for c, v in zip(cols, r)) + "</tr>"
                           for r in rows) + "</table>"
 
@@ -204,6 +205,18 @@ def connections_table(conns) -> str:
     return table_html(["connection", "dialect", "start (UTC)", "seconds", "frames", "ended", "errors"], rows, raw={"connection"})
 
 
+def channel_errors(errs: pd.DataFrame) -> str:
+    """The error closes of a connection's channels, sessions and links by code and text (``404 NOT_FOUND x3``), which
+    its close line (often ``200 Normal shutdown``) does not show; "none" when it had none."""
+    if not len(errs):
+        return "none"
+    said = [plots.error_words(r) for r in errs.itertuples()]
+    counts: dict[str, int] = {}
+    for s in said:
+        counts[s] = counts.get(s, 0) + 1
+    return f"{len(said)}: " + ", ".join(f"{s} x{n}" if n > 1 else s for s, n in counts.items())
+
+
 def render_overview(store, figures: list[Figure], tables, conns, generated: str) -> str:
     link = lambda t: f'<a href="{html.escape(store.uri(t))}"><code>{t}</code></a>'  # noqa: E731
     body = [f"""<h1>amqplens report</h1>
@@ -229,7 +242,8 @@ def render_connection(store, c, frames, flows, blocked, errs, lat, out) -> str:
              ("start (UTC)", c.start_ts), ("end (UTC)", c.end_ts), ("seconds", c.duration_us / 1e6), ("frames", c.frames),
              ("bytes to server / client", f"{c.bytes_to_server:,} / {c.bytes_to_client:,}"), ("ended", c.end_reason),
              ("close", " ".join(str(v) for v in (None if pd.isna(c.close_code) else int(c.close_code), c.close_text,
-                                                 c.close_condition) if v is not None and not pd.isna(v)))]
+                                                 c.close_condition) if v is not None and not pd.isna(v))),
+             ("errors", channel_errors(errs))]
     whole = lat[lat.bucket_seconds == 0]
     lat_rows = [(r.metric, r.method, r.direction, r.count, r.missing, r.p50_us / 1000, r.p99_us / 1000, r.max_us / 1000)
                 for r in whole.itertuples()]

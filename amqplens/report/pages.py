@@ -7,7 +7,8 @@ import hashlib
 
 import pandas as pd
 
-from amqplens.report.plots import COLOURS, TIME_AXIS, blocked_spans, error_text, esc, figure, frame_what, lines, vals
+from amqplens.report.plots import (COLOURS, LOG_TICKS, PALETTE, ROWS_AXIS, TIME_AXIS, blocked_spans, error_text, esc, figure, frame_what,
+                                   lines, vals)
 
 OPENERS = {"open", "open-ok", "begin", "attach"}
 
@@ -62,7 +63,8 @@ def timeline(conn, frames: pd.DataFrame, flows: pd.DataFrame, blocked: pd.DataFr
                            marker=dict(symbol="x", size=12, color=COLOURS["bad"]), text=[error_text(r) for r in errs.itertuples()],
                            hovertemplate="%{x}<br>%{text}<extra>error</extra>"))
     return figure("Timeline", max(260, 30 * len(keys) + 160), traces, xaxis=TIME_AXIS, legend=dict(orientation="h", y=-0.2),
-                  yaxis=dict(tickvals=list(range(len(keys))), ticktext=[esc(names.get(k, k)) for k in keys], autorange="reversed"))
+                  yaxis=dict(tickvals=list(range(len(keys))), ticktext=[esc(names.get(k, k)) for k in keys], autorange="reversed",
+                             **ROWS_AXIS))
 
 
 def flow_off_spans(flows: pd.DataFrame, end_ts) -> list[tuple]:
@@ -83,13 +85,16 @@ def latencies(lat: pd.DataFrame) -> dict:
     for (metric, method, direction), g in per_bucket.groupby(["metric", "method", "direction"], dropna=False):
         name = esc(" ".join(str(v) for v in (metric, method, direction) if isinstance(v, str)))
         text = [f"{c:,} measured, {m:,} missing" for c, m in zip(g["count"], g.missing)]
+        # one legend entry per series (p50 solid, p99 dotted in its colour): a click hides both
+        colour = PALETTE[len(traces) // 2 % len(PALETTE)]
         for q, dash in (("p50", "solid"), ("p99", "dot")):
             traces.append(dict(type="scatter", mode="lines+markers", x=vals(g.bucket_start), y=vals(g[f"{q}_us"] / 1000),
-                               name=f"{name} {q}", legendgroup=name, line=dict(dash=dash), text=text,
+                               name=name, legendgroup=name, showlegend=q == "p50", line=dict(dash=dash, color=colour),
+                               marker=dict(color=colour), text=text,
                                hovertemplate=f"%{{x}}<br>{q} %{{y:.3f}} ms<br>%{{text}}<extra>{name}</extra>"))
-    return figure("Latencies per time bucket (metrics_latency)", 460, traces, legend=dict(orientation="h", y=-0.3),
-                  xaxis=bucket_axis(per_bucket),
-                  yaxis=dict(type="log", title=dict(text="milliseconds (log scale)")))
+    return figure("Latencies per time bucket (metrics_latency): p50 solid, p99 dotted", 460, traces,
+                  legend=dict(orientation="h", y=-0.3), xaxis=bucket_axis(per_bucket),
+                  yaxis=dict(**LOG_TICKS, title=dict(text="milliseconds (log scale)")))
 
 
 def outcomes(out: pd.DataFrame) -> dict:
@@ -97,17 +102,18 @@ def outcomes(out: pd.DataFrame) -> dict:
     traces = []
     for (direction, value), g in out[out.bucket_seconds > 0].groupby(["direction", "value"]):
         name = esc(f"{direction} {value}")
-        traces.append(dict(type="bar", x=vals(g.bucket_start), y=vals(g["count"]), name=name,
-                           width=vals(g.bucket_seconds * 800),  # ms on a date axis: 80% of the bucket
+        # a bar covers its bucket [start, start + 90% of its width) (ms on a date axis), not centred on its start
+        traces.append(dict(type="bar", x=vals(g.bucket_start), y=vals(g["count"]), name=name, offset=0,
+                           width=vals(g.bucket_seconds * 900),
                            hovertemplate=f"%{{x}}<br>%{{y:,}} messages<extra>{name}</extra>"))
     return figure("Deliveries by outcome per time bucket (metrics_settlement)", 400, traces, barmode="stack",
                   xaxis=bucket_axis(out[out.bucket_seconds > 0]), yaxis=dict(title=dict(text="messages")))
 
 
 def bucket_axis(rows: pd.DataFrame) -> dict:
-    """A time axis half a bucket either side of the buckets drawn (one bucket is not a zero-width range)."""
+    """A time axis from the first bucket's start to the last bucket's end (one bucket is not a zero-width range)."""
     axis = {**TIME_AXIS, "title": dict(text="time bucket (UTC)")}
     if len(rows):
-        half = pd.Timedelta(seconds=int(rows.bucket_seconds.max()) / 2)
-        axis["range"] = vals([rows.bucket_start.min() - half, rows.bucket_start.max() + half])
+        width = pd.Timedelta(seconds=int(rows.bucket_seconds.max()))
+        axis["range"] = vals([rows.bucket_start.min(), rows.bucket_start.max() + width])
     return axis

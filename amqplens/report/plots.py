@@ -35,6 +35,12 @@ TIME_AXIS = dict(
 COLOURS = {"open": "#1f77b4", "blocked": "#d62728", "flow_off": "#ff7f0e", "error": "#ff7f0e", "good": "#2ca02c",
            "bad": "#d62728"}
 CONFIG = {"displaylogo": False, "responsive": True}
+# one colour per entity of a step plot (its value solid, its limit dashed in the same colour); none near white
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+# a log axis labels 1, 2 and 5 of each decade, not every minor tick
+LOG_TICKS = dict(type="log", dtick="D2")
+# rows of a timeline: categories drawn at 0, 1, 2...; no zero line across the first row
+ROWS_AXIS = dict(zeroline=False, showgrid=False)
 
 
 def esc(v) -> str:
@@ -92,7 +98,7 @@ def latency_box(stats: pd.DataFrame) -> dict:
     top = dict(type="scatter", mode="markers", y=names, x=vals(stats["max"]), name="max", marker=dict(symbol="x", color="#555"),
                text=[f"{n:,} measured" for n in stats.n], hovertemplate="%{y}<br>max %{x:.3f} ms<br>%{text}")
     return figure("Latency distributions per dialect and method", max(300, 28 * len(stats) + 120), [box, top],
-                  xaxis=dict(type="log", title=dict(text="milliseconds (log scale)")))
+                  xaxis=dict(**LOG_TICKS, title=dict(text="milliseconds (log scale)")))
 
 
 def step_series(pdf: pd.DataFrame, labels: dict, key, value: str, title: str, ytitle: str, limit: str | None = None,
@@ -101,16 +107,19 @@ def step_series(pdf: pd.DataFrame, labels: dict, key, value: str, title: str, yt
     traces = []
     if len(pdf):
         pdf = pdf.assign(_entity=[key(r) for r in pdf.itertuples()])
-    for entity, g in (pdf.groupby("_entity", sort=False) if len(pdf) else []):
+    for i, (entity, g) in enumerate(pdf.groupby("_entity", sort=False) if len(pdf) else []):
         name = esc(labels.get(entity, entity))
-        step = dict(type="scatter", mode="lines", line=dict(shape="hv"), x=vals(g.ts), legendgroup=name)
-        traces.append({**step, "y": vals(g[value]), "name": f"{name} {value}",
+        colour = PALETTE[i % len(PALETTE)]
+        # markers too: a series of one sample (or of equal times) is no line at all, and was invisible
+        step = dict(type="scatter", mode="lines+markers", marker=dict(size=4, color=colour), x=vals(g.ts), legendgroup=name)
+        traces.append({**step, "y": vals(g[value]), "name": f"{name} {value}", "line": dict(shape="hv", color=colour),
                        "hovertemplate": f"%{{x}}<br>{value} %{{y}}<extra>{name}</extra>"})
         if limit is not None and (g[limit].fillna(0) > 0).any():
-            traces.append({**step, "y": vals(g[limit]), "name": f"{name} {limit}", "line": dict(shape="hv", dash="dash"),
+            traces.append({**step, "mode": "lines", "y": vals(g[limit]), "name": f"{name} {limit}",
+                           "line": dict(shape="hv", dash="dash", color=colour),
                            "hovertemplate": f"%{{x}}<br>{limit} %{{y}}<extra>{name}</extra>"})
-    return figure(title, 460, traces, xaxis=TIME_AXIS, yaxis=dict(title=dict(text=ytitle), type="log" if log else "linear"),
-                  legend=dict(orientation="h", y=-0.3))
+    yaxis = dict(title=dict(text=ytitle), **(LOG_TICKS if log else dict(type="linear")))
+    return figure(title, 460, traces, xaxis=TIME_AXIS, yaxis=yaxis, legend=dict(orientation="h", y=-0.3))
 
 
 def outcome_bars(pdf: pd.DataFrame) -> dict:
@@ -119,7 +128,7 @@ def outcome_bars(pdf: pd.DataFrame) -> dict:
                x=vals(pdf.n), marker=dict(color=[COLOURS["bad"] if v in OUTCOME_BAD else COLOURS["good"] for v in pdf.value]),
                hovertemplate="%{y}: %{x:,} messages<extra></extra>")
     return figure("Settlement outcomes", max(300, 24 * len(pdf) + 120), [bar],
-                  xaxis=dict(type="log", title=dict(text="messages (log scale); red: negative outcomes")))
+                  xaxis=dict(**LOG_TICKS, title=dict(text="messages (log scale); red: negative outcomes")))
 
 
 def connection_timeline(conns: pd.DataFrame, blocked: pd.DataFrame, errs: pd.DataFrame, events: pd.DataFrame,
@@ -157,7 +166,8 @@ def connection_timeline(conns: pd.DataFrame, blocked: pd.DataFrame, errs: pd.Dat
         ticks.append(f'<a href="{link}">{esc(c.conn_label)}</a>' if link else esc(c.conn_label))
     return figure("Connection timeline", max(320, 26 * len(conns) + 160), traces, shapes=shapes, annotations=notes,
                   xaxis=TIME_AXIS, legend=dict(orientation="h", y=-0.12),
-                  yaxis=dict(tickvals=list(range(len(conns))), ticktext=ticks, autorange="reversed", tickfont=dict(size=10)))
+                  yaxis=dict(tickvals=list(range(len(conns))), ticktext=ticks, autorange="reversed", tickfont=dict(size=10),
+                             **ROWS_AXIS))
 
 
 def blocked_spans(blocked: pd.DataFrame, conns: pd.DataFrame) -> list[tuple]:
@@ -178,8 +188,12 @@ def frame_what(r) -> str:
     return r.performative if isinstance(r.performative, str) else f"{r.class_name}.{r.method_name}"
 
 
-def error_text(r) -> str:
-    what = frame_what(r)
+def error_words(r) -> str:
+    """An error close as words, not escaped: ``channel.close 404 NOT_FOUND - no queue 'q'``."""
     code = "" if pd.isna(r.reply_code) else f" {int(r.reply_code)}"
     why = r.error_condition if isinstance(r.error_condition, str) else (r.reply_text if isinstance(r.reply_text, str) else "")
-    return esc(f"{what}{code} {why} (ch {r.channel}, {r.direction})")
+    return f"{frame_what(r)}{code} {why}".strip()
+
+
+def error_text(r) -> str:
+    return esc(f"{error_words(r)} (ch {r.channel}, {r.direction})")

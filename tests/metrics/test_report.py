@@ -124,3 +124,64 @@ def test_series_are_capped_and_keep_their_peaks(metrics_lake):
                                               & (F.col("channel") == int(ch)))
         assert g.in_flight.max() == raw.agg(F.max("in_flight")).first()[0]
         assert raw.count() > 4  # the busiest channels have more events than the cap
+
+
+def figures_of(page: pathlib.Path) -> dict[str, dict]:
+    """The plotly figure specs a page draws, by div id."""
+    import json
+
+    found = re.findall(r'<script>\(\(\)=>\{const f=(\{.*?\});Plotly\.newPlot\("([\w-]+)"', page.read_text())
+    return {div: json.loads(spec) for spec, div in found}
+
+
+def test_figures_have_no_glitches(report_dir, metrics_lake):
+    """Issue 36.4, each seen in headless Chromium's screenshots and read here off the figure specs: the timelines'
+    zero line across the first row; outcome bars centred on their bucket's start instead of covering the bucket;
+    a latency legend of one entry per quantile; an in-flight series drawn in no colour of its own (or, with one
+    sample, as no line at all); every minor tick of a log axis labelled; an empty first row on connection pages."""
+    pages = pages_of(report_dir)
+    overview = figures_of(report_dir / "index.html")
+    assert overview["plot-timeline"]["layout"]["yaxis"]["zeroline"] is False
+    for name in ("plot-latency", "plot-settlement"):
+        assert overview[name]["layout"]["xaxis"]["dtick"] == "D2"
+    assert overview["plot-credit"]["layout"]["yaxis"]["dtick"] == "D2"
+    inflight = [t for t in overview["plot-inflight"]["data"] if t["name"].endswith(" in_flight")]
+    assert len(inflight) >= 2 and all("markers" in t["mode"] for t in inflight)
+    assert len({t["line"]["color"] for t in inflight}) == len(inflight)  # a colour per channel
+    bars = latency_lines = 0
+    for page in pages:
+        figs = figures_of(page)
+        assert figs["plot-timeline"]["layout"]["yaxis"]["zeroline"] is False
+        first_table = page.read_text().split("<table>", 1)[1].split("</tr>", 1)[0]
+        assert "<th></th>" not in first_table and "connection_id" in first_table, page.name
+        for bar in figs.get("plot-outcomes", {}).get("data", []):
+            assert bar["offset"] == 0  # starts at its bucket's start, covers 90% of it
+            bars += 1
+        latency = figs.get("plot-latency", {}).get("data", [])
+        shown = [t for t in latency if t.get("showlegend", True)]
+        assert len(shown) * 2 == len(latency)  # one entry per series; its p99 trace is in the same legend group
+        latency_lines += len(latency)
+    assert bars > 0 and latency_lines > 0
+
+
+def test_a_connection_page_names_its_channel_errors(report_dir, metrics_lake):
+    """A connection whose channels were closed with errors says how many and which beside its own close line (issue
+    36.4: "close 200 Normal shutdown" alone, its errors only as x marks). Oracle: the frames table's error closes."""
+    _, store, _ = metrics_lake
+    checked = 0
+    for page in pages_of(report_dir):
+        text = page.read_text()
+        cid = re.search(r"<td>connection_id</td><td>([^<]+)</td>", text).group(1)
+        closes = store.read("frames").where(
+            f"connection_id = '{cid}' and ((method_name = 'close' and reply_code is not null and reply_code != 200) "
+            "or error_condition is not null)").collect()
+        said = re.search(r"<td>errors</td><td>([^<]*)</td>", text).group(1)
+        if not closes:
+            assert said == "none", page.name
+            continue
+        assert said.startswith(f"{len(closes)}: "), (page.name, said)
+        for f in closes:
+            if f.reply_code is not None:
+                assert f"{f.class_name}.close {f.reply_code}" in html.unescape(said)
+        checked += 1
+    assert checked > 0
