@@ -80,7 +80,7 @@ def flow_off_spans(flows: pd.DataFrame, end_ts) -> list[tuple]:
 
 def latencies(lat: pd.DataFrame) -> dict:
     """p50 (solid) and p99 (dotted) per metric and method over the time buckets, exact values on hover."""
-    traces = []
+    traces: list[dict] = []
     per_bucket = lat[lat.bucket_seconds > 0]
     for (metric, method, direction), g in per_bucket.groupby(["metric", "method", "direction"], dropna=False):
         name = esc(" ".join(str(v) for v in (metric, method, direction) if isinstance(v, str)))
