@@ -221,7 +221,7 @@ class _Judged:
         out = clock.out_of_line(ts, self.before, following, complete=complete)
         return None if out is None else (clock.TS_OUT_OF_LINE if out else False)
 
-    def run(self, records):
+    def run(self, records) -> Iterator[tuple]:
         waiting: collections.deque = collections.deque()
         in_range, near = clock.in_range, clock.OUT_OF_LINE_US
         for rec in records:
@@ -235,7 +235,7 @@ class _Judged:
         if waiting:
             yield from self._settle(waiting, complete=True)
 
-    def _settle(self, waiting, *, complete: bool):
+    def _settle(self, waiting: collections.deque, *, complete: bool) -> Iterator[tuple]:
         while waiting:
             rec = waiting[0]
             following = [r[2] for r in itertools.islice(waiting, 1, None) if clock.in_range(r[2])][:clock.NEIGHBOURS]
