@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import pytest
 
-from amqplens.jobs import ingest_captures, lifecycle, metrics
-from amqplens.lake.store import TableStore
+from amqplens.jobs import ingest_captures
 from tests.conftest import DATA
+from tests.metrics.conftest import built_lake
 from tests.e2e.hostile_captures import records, ts_of, with_records
 
 pytestmark = pytest.mark.spark
@@ -65,11 +65,8 @@ def mutants_lake(spark, conf, tmp_path_factory):
     c = conf.with_overrides(lake__root=str(lake))
     folder = tmp_path_factory.mktemp("bounded_captures")
     paths = {"idle": idle_30_days(folder / "idle_30_days.pcap"), "years": years_away(folder / "years_away.pcap")}
-    ingest_captures.run(spark, c, [str(p) for p in paths.values()], run_id="b")
-    lifecycle.run(spark, c, run_id="b")
-    metrics.run(spark, c, run_id="b")
-    ids = {k: ingest_captures.capture_files([str(p)])[0].capture_id for k, p in paths.items()}
-    return TableStore(spark, str(lake)), ids
+    store, _ = built_lake(spark, c, [str(p) for p in paths.values()], "b")
+    return store, {k: ingest_captures.capture_files([str(p)])[0].capture_id for k, p in paths.items()}
 
 
 def test_metric_rows_at_most_twice_the_events_on_every_fixture_of_100_events(metrics_lake):
