@@ -82,7 +82,16 @@ METRICS_FLOW = Table(
     name="metrics_flow",
     doc=(
         "Flow control, per time bucket and entity. Each flow_events row's state lasts until the next row of the same "
-        "entity or the end of the connection; durations are the part of those intervals inside the bucket."
+        "entity or the end of the connection; durations are the part of those intervals inside the bucket. A bucket "
+        "row is written where something happened: a state began or ended in it (time-in-state metrics) or a frame "
+        "was sent in it (heartbeat metrics), and the whole-capture row always. A bucket with no row for an entity "
+        "lies wholly inside one of its states, carried forward from the entity's last row before it: the whole "
+        "bucket is observed in that state (e.g. flow_off_us is the bucket length if flow was off, else 0; "
+        "prefetch_utilisation and its max are the last in-flight / prefetch), and no heartbeat was sent. So rows "
+        "grow with the events, never with the time a state lasts (a channel idle for 30 days: 2 rows, not one per "
+        "minute). Lakes written before this rule hold a row for every bucket an interval overlapped: the rows dropped "
+        "since are those between a state's first and last bucket, whose values the carry-forward gives; every "
+        "row still written has the value it had."
     ),
     key=("metric_row_id",),
     columns=(
@@ -92,7 +101,8 @@ METRICS_FLOW = Table(
                          "zero_credit_us", "zero_window_us", "heartbeats_sent", "heartbeat_interval_s", "missed_heartbeats")),
         C("direction", "string", "to_server | to_client for heartbeat metrics (who sent)", values=TO_SERVER_CLIENT),
         C("value", "double", "the value, in the unit the metric name ends with (us, s) or a ratio / count", False),
-        C("observed_us", "int64", "time of the bucket the entity's state was known (the denominator of time shares)"),
+        C("observed_us", "int64", "time of the bucket the entity's state was known (the denominator of time shares); "
+          "a bucket without a row, inside one state, is observed whole"),
     ),
 )
 

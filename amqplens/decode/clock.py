@@ -7,6 +7,14 @@ metric bucketed over a span of a thousand years is no metric. So amqplens keeps 
 inside ``MIN_TS_US`` .. ``MAX_TS_US`` (1990 to 2100: no AMQP traffic is older, and an hour past 2100
 is a corrupt clock, not a capture). A time outside is reported as ``ts_out_of_range`` by whoever read
 it, and the row keeps a usable time instead (see ``amqplens.decode.capture.splits.guard_timestamps``).
+
+A flipped bit can also leave a time inside the range and still years away from the packets around it
+(a capture of seconds whose one record says four years later): its capture would span years. A
+packet time is "out of line" when it lies more than ``OUT_OF_LINE_US`` (a day) from every one of its
+``NEIGHBOURS`` nearest in-range record times on either side (at least ``MIN_NEIGHBOURS`` of them): a
+lone record, since a real jump of the clock (a connection idle for a month, a capture paused) carries
+the packets after it along and each of them has a neighbour close by. Such a time is a ``ts_out_of_line``
+row and the packet takes a good time, as one out of range does.
 """
 
 from __future__ import annotations
@@ -16,6 +24,10 @@ import datetime as dt
 MIN_TS_US = 631_152_000_000_000  # 1990-01-01T00:00:00Z
 MAX_TS_US = 4_102_444_800_000_000  # 2100-01-01T00:00:00Z (exclusive)
 TS_OUT_OF_RANGE = "ts_out_of_range"  # the reason of the decode_errors row of a time outside the range
+TS_OUT_OF_LINE = "ts_out_of_line"  # the reason of the decode_errors row of a time far from every neighbour's
+OUT_OF_LINE_US = 86_400_000_000  # one day: farther from each neighbour than this, a lone time is a damaged one
+NEIGHBOURS = 8  # record times looked at on each side of a record
+MIN_NEIGHBOURS = 4  # fewer in-range neighbours than this (a tiny capture): no time is judged out of line
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 EPOCH_DAY = EPOCH.date()
 
@@ -61,3 +73,21 @@ def describe(us) -> str:
 
 def out_of_range_detail(us, what: str = "time") -> str:
     return f"{what} {describe(us)} is outside 1990-01-01 .. 2100-01-01"
+
+
+def out_of_line(us: int, before, after, *, complete: bool) -> bool | None:
+    """Whether the in-range time ``us`` is out of line with its neighbours: ``before`` the in-range times of up to
+    ``NEIGHBOURS`` records before it (nearest last), ``after`` those after it (nearest first). None: not yet known
+    (fewer than ``NEIGHBOURS`` after it and ``complete`` false: more records may follow)."""
+    if before and abs(us - before[-1]) <= OUT_OF_LINE_US:  # the common case: close to the record before
+        return False
+    if any(abs(us - t) <= OUT_OF_LINE_US for t in before) or any(abs(us - t) <= OUT_OF_LINE_US for t in after):
+        return False
+    if len(after) < NEIGHBOURS and not complete:
+        return None
+    return len(before) + len(after) >= MIN_NEIGHBOURS
+
+
+def out_of_line_detail(us) -> str:
+    return (f"record time {describe(us)} is more than a day from each of the record times around it "
+            "(a damaged time, not a clock that moved on)")

@@ -33,10 +33,15 @@ def metrics_lake(spark, conf, tmp_path_factory):
     # nack_reject again, 1 us later, in the same run: its publishes must not stand in for the original's
     # (the same message ids, each 1 us after the original's publish and before its delivery)
     twin = shifted_copy(DATA / "broker" / "nack_reject.pcap", lake.parent / "nack_reject_1us_later.pcap", 1)
-    ingest_captures.run(spark, c, [*CAPTURES, str(twin)], run_id="m")
-    lifecycle.run(spark, c, run_id="m")
-    done = metrics.run(spark, c, run_id="m")
-    return c, TableStore(spark, str(lake)), done
+    return c, *built_lake(spark, c, [*CAPTURES, str(twin)], "m")
+
+
+def built_lake(spark, c, paths: list[str], run_id: str):
+    """The captures ``paths`` through ingest, lifecycle and metrics into ``c``'s lake: (its store, the captures done)."""
+    ingest_captures.run(spark, c, paths, run_id=run_id)
+    lifecycle.run(spark, c, run_id=run_id)
+    done = metrics.run(spark, c, run_id=run_id)
+    return TableStore(spark, c["lake.root"]), done
 
 
 def capture_id(name: str) -> str:

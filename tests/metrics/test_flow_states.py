@@ -60,3 +60,30 @@ def test_time_with_channel_flow_off(metrics):
 
 def test_time_at_zero_session_window(metrics):
     assert metrics[("session", "zero_window_us")] == (4e6, 9.5e6)  # zero 2 s .. 6 s, observed 0.5 s .. 10 s
+
+
+def test_a_state_of_two_days_is_written_where_it_begins_and_ends(spark):
+    """Channel flow off from 30 s for two days, then on; the connection ends 90 s later. Rows are written for the
+    buckets where a state began or ended (3 of the 2,882 one-minute buckets the connection spans), and the
+    buckets between carry the state forward: written rows plus whole carried buckets give the whole-capture value
+    (an oracle independent of the bucketing: the durations read off the events). Before, every bucket had a row."""
+    day = 86_400
+    events = [
+        event(1, 0.0, "channel", channel=1, flow_active=True),
+        event(2, 30.0, "channel", channel=1, flow_active=False),
+        event(3, 30.0 + 2 * day, "channel", channel=1, flow_active=True),
+    ]
+    end = 30.0 + 2 * day + 90
+    fe = spark.createDataFrame(rows_of(FLOW_EVENTS, events), FLOW_EVENTS.spark_schema())
+    conns = spark.createDataFrame([("c1", "0-9-1", at(end))], "connection_id string, dialect string, end_ts timestamp")
+    frames = spark.createDataFrame([], FRAMES.spark_schema())
+    caps = spark.createDataFrame([("cap", T0.date(), at(0))], "capture_id string, capture_date date, first_ts timestamp")
+    rows = _state_metrics(fe, conns, frames, caps, 60).where("metric = 'flow_off_us'").collect()
+    whole = [r for r in rows if r.bucket_seconds == 0]
+    assert [(r.value, r.observed_us) for r in whole] == [(2 * day * 1e6, end * 1e6)]
+    since = lambda t: (t.replace(tzinfo=None) - T0.replace(tzinfo=None)).total_seconds()  # noqa: E731  (Spark: naive UTC)
+    per = sorted((since(r.bucket_start), r.value, r.observed_us) for r in rows if r.bucket_seconds == 60)
+    # bucket 0: on 0..30 s, off 30..60 s; the off state's last bucket; the on state's first and last bucket
+    assert per == [(0, 30e6, 60e6), (2 * day, 30e6, 60e6), (2 * day + 60, 0.0, 60e6)]
+    carried = 2 * day // 60 - 1  # the whole buckets between, off all through
+    assert sum(v for _, v, _ in per) + carried * 60e6 == whole[0].value

@@ -8,6 +8,7 @@ dicts. Container problems become ``CaptureErrorRecord``s, never exceptions.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import mmap
@@ -28,6 +29,8 @@ RELEASE_STEP = 8 << 20
 # Records with an impossible time held back at the start of a split until a good time arrives (each is a
 # tuple of offsets, the bytes stay in the file); past this many, they take the range's first instant.
 HOLD_RECORDS = 1024
+# How far before a split its first records' neighbours are first looked for (widened until found).
+BACK_BYTES = 64 << 10
 
 
 def sniff_format(path: str | os.PathLike) -> str | None:
@@ -117,7 +120,8 @@ class SplitResult:
                 log.add(0, pcap.FILE_HEADER_LEN, "unknown_link_type", detail)
         else:
             records = pcapng.iter_records(container, walk, log)
-        records = guard_timestamps(records, log, lambda: _time_after(container, walk, buf))
+        records = guard_timestamps(records, log, lambda: _times_after(container, walk, buf),
+                                   lambda: _times_before(container, walk, buf))
         yield from self._decode(records, buf, log)
         self.stats.bytes_read = walk.bytes_walked
 
@@ -154,36 +158,111 @@ class SplitResult:
             yield decoder.take()
 
 
-def guard_timestamps(records, log: ErrorLog, time_after=lambda: None):
-    """The records with every time inside ``clock``'s range.
+def guard_timestamps(records, log: ErrorLog, times_after=lambda: [], times_before=lambda: []):
+    """The records with every time inside ``clock``'s range and in line with its neighbours.
 
     A record whose header claims a time outside (a flipped bit, 2^64 - 1 ns, before 1990) is one
-    ``ts_out_of_range`` row and, like a record with no time at all (``None``: a pcapng SPB), takes the
-    time of the next record with a good one, so it keeps its place in the (flow, time, offset) order
-    and the capture's first/last times stay true. Always the next one, never the previous: at the end
-    of a split ``time_after()`` reads it from the records after the split, so every split cut gives the
-    single pass's times. Past ``HOLD_RECORDS`` bad records in a row, they take the last good time.
+    ``ts_out_of_range`` row, one whose time is in range but out of line with the records around it
+    (``clock.out_of_line``: a lone time a day or more from each neighbour, say four years in a capture of
+    seconds) one ``ts_out_of_line`` row; both, like a record with no time at all (``None``: a pcapng SPB),
+    take the time of the next record with a good one, so they keep their place in the (flow, time, offset)
+    order and the capture's first/last times, its connections' start and end and the metric buckets stay
+    true. Always the next one, never the previous: at the end of a split ``times_after()`` reads the
+    records after it (and ``times_before()`` those before it, for the neighbours of its first records), so
+    every split cut gives the single pass's times. Past ``HOLD_RECORDS`` bad records in a row, they take the
+    last good time.
     """
     held: list[tuple]
     held, last = [], None
-    for rec in records:
-        ts_us = rec[2]
-        if clock.in_range(ts_us):
+    judged = _Judged(times_before, times_after)
+    for rec, verdict in judged.run(records):
+        if verdict is None:
+            ts_us = rec[2]
             yield from _with_time(held, ts_us)
             held.clear()
             last = ts_us
             yield rec
             continue
-        if ts_us is not None:
-            log.add(rec[0], 0, clock.TS_OUT_OF_RANGE,
-                    clock.out_of_range_detail(ts_us, "record time") + "; the packet takes the next record's time")
+        if verdict == clock.TS_OUT_OF_LINE:
+            log.add(rec[0], 0, verdict, clock.out_of_line_detail(rec[2]) + "; the packet takes the next record's time")
+        elif rec[2] is not None:
+            log.add(rec[0], 0, verdict,
+                    clock.out_of_range_detail(rec[2], "record time") + "; the packet takes the next record's time")
         held.append(rec)
         if len(held) >= HOLD_RECORDS:
             yield from _with_time(held, clock.MIN_TS_US if last is None else last)
             held.clear()
     if held:
-        after = time_after()
+        after = judged.good_after()
         yield from _with_time(held, after if after is not None else clock.MIN_TS_US if last is None else last)
+
+
+class _Judged:
+    """Each record with its verdict (None: a good time; else the decode_errors reason), in order.
+
+    A record is judged once ``clock.NEIGHBOURS`` in-range times follow it (or the records end: then the times
+    after the split, read once); the records behind it wait, at most that many plus a run of out-of-range ones.
+    """
+
+    def __init__(self, times_before, times_after) -> None:
+        self.times_before, self.times_after = times_before, times_after
+        self.before: collections.deque = collections.deque(maxlen=clock.NEIGHBOURS)
+        self.seeded = False
+        self.after: list[int] | None = None
+
+    def _verdict(self, ts, following, complete: bool):
+        if not clock.in_range(ts):
+            return clock.TS_OUT_OF_RANGE
+        if not self.seeded and not (self.before and abs(ts - self.before[-1]) <= clock.OUT_OF_LINE_US):
+            # the times before the split, read only when a record's nearest one does not settle it
+            self.seeded = True
+            if len(self.before) < clock.NEIGHBOURS:
+                self.before = collections.deque([*self.times_before(), *self.before], maxlen=clock.NEIGHBOURS)
+        out = clock.out_of_line(ts, self.before, following, complete=complete)
+        return None if out is None else (clock.TS_OUT_OF_LINE if out else False)
+
+    def run(self, records) -> Iterator[tuple]:
+        waiting: collections.deque = collections.deque()
+        in_range, near = clock.in_range, clock.OUT_OF_LINE_US
+        for rec in records:
+            ts = rec[2]
+            if not waiting and self.before and in_range(ts) and abs(ts - self.before[-1]) <= near:
+                self.before.append(ts)  # the common case, settled at once: close to the record before
+                yield rec, None
+                continue
+            waiting.append(rec)
+            yield from self._settle(waiting, complete=False)
+        if waiting:
+            yield from self._settle(waiting, complete=True)
+
+    def _settle(self, waiting: collections.deque, *, complete: bool) -> Iterator[tuple]:
+        while waiting:
+            rec = waiting[0]
+            following = [r[2] for r in itertools.islice(waiting, 1, None) if clock.in_range(r[2])][:clock.NEIGHBOURS]
+            if complete:  # the times after the split, 2 * NEIGHBOURS + 1 of them unless the file ends first
+                following = (following + self._after())[:clock.NEIGHBOURS]
+            verdict = self._verdict(rec[2], following, complete)
+            if verdict is None:
+                return
+            waiting.popleft()
+            if clock.in_range(rec[2]):
+                self.before.append(rec[2])
+            yield rec, (verdict or None)
+
+    def _after(self) -> list[int]:
+        if self.after is None:
+            self.after = list(self.times_after())
+        return self.after
+
+    def good_after(self) -> int | None:
+        """The first good time after the split (judged as that record's own split judges it), else None."""
+        after = self._after()
+        for i, ts in enumerate(after):
+            nxt = after[i + 1 : i + 1 + clock.NEIGHBOURS]
+            if not clock.out_of_line(ts, self.before, nxt, complete=True):
+                return ts
+            self.before.append(ts)
+        return None
 
 
 def _with_time(records, ts_us: int):
@@ -191,17 +270,37 @@ def _with_time(records, ts_us: int):
         yield (rec[0], rec[1], ts_us, *rec[3:])
 
 
-def _time_after(container, walk: SplitWalk, buf) -> int | None:
-    """The first good record time after the split ``walk`` went over (its errors are the next split's)."""
+def _times_after(container, walk: SplitWalk, buf) -> list[int]:
+    """The in-range times of the records after the split ``walk`` went over (its errors are the next split's): enough
+    to judge the first good one (``2 * NEIGHBOURS + 1``), among at most ``HOLD_RECORDS`` records."""
     size = container.size
     if walk.finished_at >= size:
-        return None
+        return []
     later = SplitWalk(walk.finished_at, size, container.resync)
     reader = pcap.iter_records if isinstance(container, pcap.PcapFile) else pcapng.iter_records
+    times = []
     for rec in itertools.islice(reader(container, later, ErrorLog(buf, 0)), HOLD_RECORDS):
         if clock.in_range(rec[2]):
-            return rec[2]
-    return None
+            times.append(rec[2])
+            if len(times) > 2 * clock.NEIGHBOURS:
+                break
+    return times
+
+
+def _times_before(container, walk: SplitWalk, buf) -> list[int]:
+    """The in-range times of the last ``NEIGHBOURS`` records before the split's first one (none for the first split):
+    the walk of a range that ends where the split begins, widened until it holds that many or starts the file."""
+    if walk.start == 0:
+        return []
+    reader = pcap.iter_records if isinstance(container, pcap.PcapFile) else pcapng.iter_records
+    back = BACK_BYTES
+    while True:
+        lo = max(0, walk.begin - back)
+        times = [rec[2] for rec in reader(container, SplitWalk(lo, walk.begin, container.resync), ErrorLog(buf, 0))
+                 if clock.in_range(rec[2])]
+        if len(times) >= clock.NEIGHBOURS or lo == 0:
+            return times[-clock.NEIGHBOURS:]
+        back *= 4
 
 
 class _Releaser:
