@@ -19,6 +19,7 @@ from amqplens.lifecycle.machines import DELIVER, PUBLISH, TRANSFER
 from amqplens.contracts.tables import DELIVERIES, FLOW_EVENTS, REQUEST_RESPONSES
 
 from .conversation import CLIENT, SERVER, Conversation, run
+from .conversation010 import Conversation010
 
 TS_RENAMES = {"sent_ts": "sent_ts_us", "settled_ts": "settled_ts_us", "ts": "ts_us", "request_ts": "request_ts_us",
               "response_ts": "response_ts_us"}
@@ -121,6 +122,18 @@ def test_two_transfer_rows_never_share_a_delivery_id_whatever_order_the_frames_c
     assert runner.stats["late_frames"] == 1
     ids = [r["delivery_id"] for r in d]
     assert len(ids) == len(set(ids)) == 4
+
+
+def test_two_0_10_transfer_rows_never_share_a_delivery_id_whatever_order_the_frames_come_in():
+    c = Conversation010()
+    transfers = [c.transfer(CLIENT, 1, "amq.direct") for _ in range(3)]
+    late = transfers[1][0]
+    c.rows.remove(late)
+    c.rows.append(late)  # the second transfer's command after its content and the third transfer
+    d, _, _, runner = run(c, reorder_window=0)
+    assert runner.stats["late_frames"] == 1
+    ids = [r["delivery_id"] for r in d]
+    assert len(ids) == len(set(ids)) == 4  # the old name took message_seq 2 again
 
 
 def test_equal_times_across_directions_put_the_referring_frame_last():

@@ -104,7 +104,7 @@ class HalfStream:
         self.conflicts = 0
         self.head = b""  # the first bytes delivered, for protocol sniffing
         self.head_open = True
-        self.last_ts = 0  # ts_us of the last bytes emitted: the next never goes below it
+        self.last_ts = -(1 << 63)  # ts_us of the last bytes emitted: the next never goes below it
         self.on_head: OnHead | None = None  # called with self once ``head`` holds 4 bytes
         self.emit: Emit | None = None
         self.emit_gap: EmitGap | None = None
