@@ -193,7 +193,9 @@ FRAMES = Table(
         CAPTURE_DATE,
         C("direction", "string", "to_server | to_client", False, values=TO_SERVER_CLIENT),
         C("stream_offset", "int64", "offset of the frame's first byte in its direction's TCP stream", False),
-        C("ts", "timestamp", "time of the packet that carried the frame's first byte", False),
+        C("ts", "timestamp", "time of the packet that carried the frame's first byte, or of the stream bytes before it when "
+          "later: a segment captured ahead of a hole takes the time of the packet that filled it, so a direction's frames "
+          "never go back in time", False),
         C("dialect", "string", "0-8 | 0-9 | 0-9-1 | 0-10 | 1.0 | 0-9-draft | amqp-fast-0.9a5", False, values=DIALECTS),
         C("frame_type", "string", "protocol_header | method | header | body | heartbeat | oob_* | trace (0-9-1 family; meta in AMQP/Fast); amqp | sasl | empty (1.0); control | command | header | body (0-10: the segment type)", False, values=("protocol_header", "method", "header", "body", "heartbeat", "oob_method", "oob_header", "oob_body",
                        "trace", "meta", "amqp", "sasl", "empty", "control", "command")),
@@ -289,7 +291,9 @@ DELIVERIES = Table(
     ),
     key=("delivery_id",),
     columns=(
-        C("delivery_id", "string", "connection_id, direction, channel[, handle] and the codec's message_seq joined by '-' (tags restart, 1.0 ids wrap)", False),
+        C("delivery_id", "string", "connection_id, direction, channel[, handle] and the codec's message_seq joined by '-' "
+          "(tags restart, 1.0 ids wrap); f<stream_offset of its first frame> in place of a message_seq the codec did not "
+          "give or that an earlier row of the channel took", False),
         C("connection_id", "string", "the connection; trace rows: the captured one with the traced endpoints, else one of the log (connections.source log)", False),
         CAPTURE_ID,
         CAPTURE_DATE,

@@ -109,13 +109,14 @@ def read_packets(path: str | os.PathLike, capture_id: str = "capture") -> tuple[
 
 def reassemble(path: str | os.PathLike, consumer_factory: Callable[[ConnectionInfo], StreamConsumer | None], *,
                amqp_ports: tuple[int, ...] = (5672,), tls_ports: tuple[int, ...] = (5671,), sniff: bool = True,
-               capture_id: str = "capture") -> tuple[TcpReassembler, SplitResult]:
+               capture_id: str = "capture", max_ooo_bytes: int = 4 << 20) -> tuple[TcpReassembler, SplitResult]:
     """The capture's TCP streams, without a codec: every connection the flow selection keeps gets a consumer from
-    ``consumer_factory`` (``None``: not followed) and its in-order bytes and gaps (``StreamConsumer``), as in the job.
+    ``consumer_factory`` (``None``: not followed) and its in-order bytes and gaps (``StreamConsumer``), as in the job
+    (``max_ooo_bytes``: ``capture.max_ooo_buffer``).
     Returns the finished reassembler (``drain_connections``, ``drain_gaps``) and the reader (``stats``, ``errors``)."""
     packets, reader = read_packets(path, capture_id)
     reassembler = TcpReassembler(capture_id, amqp_ports=amqp_ports, tls_ports=tls_ports, sniff=sniff,
-                                 consumer_factory=consumer_factory)
+                                 max_ooo_bytes=max_ooo_bytes, consumer_factory=consumer_factory)
     if packets:  # a file with no packet (empty, or no capture) has no columns
         reassembler.feed_columns(packets)
     reassembler.finish()
@@ -124,11 +125,12 @@ def reassemble(path: str | os.PathLike, consumer_factory: Callable[[ConnectionIn
 
 def decode_capture(path: str | os.PathLike, *, amqp_ports: tuple[int, ...] = (5672,), tls_ports: tuple[int, ...] = (5671,),
                    sniff: bool = True, options: DecodeOptions | None = None, tls: bool = True,
-                   capture_id: str = "capture") -> DecodedCapture:
+                   capture_id: str = "capture", max_ooo_bytes: int = 4 << 20) -> DecodedCapture:
     """Decode the capture at ``path`` (pcap or pcapng); see the module's doc.
 
     ``amqp_ports``/``tls_ports``/``sniff`` select the flows as ``capture.amqp_ports``, ``capture.tls_ports`` and
-    ``capture.sniff`` do; ``options`` are the codecs' (``DecodeOptions``: key log, redaction, body prefixes, ...);
+    ``capture.sniff`` do, ``max_ooo_bytes`` bounds the out-of-order buffer as ``capture.max_ooo_buffer``;
+    ``options`` are the codecs' (``DecodeOptions``: key log, redaction, body prefixes, ...);
     ``tls=False`` leaves connections on the TLS ports out; ``capture_id`` goes into the rows' ids.
     """
     options = options or DecodeOptions()
@@ -140,7 +142,8 @@ def decode_capture(path: str | os.PathLike, *, amqp_ports: tuple[int, ...] = (56
         consumers[info.connection_id] = _Recorder(info.connection_id, options, info.tls)
         return consumers[info.connection_id]
 
-    reassembler, reader = reassemble(path, factory, amqp_ports=amqp_ports, tls_ports=tls_ports, sniff=sniff, capture_id=capture_id)
+    reassembler, reader = reassemble(path, factory, amqp_ports=amqp_ports, tls_ports=tls_ports, sniff=sniff,
+                                     capture_id=capture_id, max_ooo_bytes=max_ooo_bytes)
     connections = []
     for record in reassembler.drain_connections():
         c = consumers.get(record.connection_id)

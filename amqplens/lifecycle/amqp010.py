@@ -227,7 +227,7 @@ class Connection010:
         if seq is None:
             return
         key = f"{self.cid}-{WORD[d]}-{ch}-"
-        if self.last_seq.get(key) != seq:
+        if seq > self.last_seq.get(key, -1):  # a number not taken yet (else its row keeps its offset key)
             self.last_seq[key] = seq
             rec.delivery_id = key + str(seq)
 

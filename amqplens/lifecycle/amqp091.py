@@ -69,7 +69,7 @@ class Connection091:
         self.requests = RequestMatcher(connection_id, dialect, out)
         self.closing: tuple | None = None  # (frame_id, ts) of connection.close
         self.flag: str | None = None  # anomaly of the frame being handled (a frame on a closed channel)
-        self.last_seq: dict[str, int] = {}  # per direction and channel: the last message_seq a delivery took
+        self.last_seq: dict[str, int] = {}  # per direction and channel: the highest message_seq a delivery took
 
     # -- entry points ---------------------------------------------------------------------
     def on_frame(self, f: dict, fid: str, ts: int) -> None:
@@ -296,7 +296,10 @@ class Connection091:
     def _delivery(self, f: dict, direction: str, method: str, fid: str, ts: int) -> Delivery:
         seq = f.get("message_seq")
         key = f"{self.cid}-{direction}-{f['channel']}-"
-        if seq is None or self.last_seq.get(key) == seq:  # the codec's message numbering disagrees with ours
+        # the codec numbers a channel's messages in stream order; a number not above the last one taken (a frame
+        # handled out of order, or the codec's numbering disagreeing with ours) would name a second row the same:
+        # such a row is named by its first frame's offset, unique in its direction (a frame starts at most one row)
+        if seq is None or seq <= self.last_seq.get(key, -1):
             key += "f%d" % f["stream_offset"]
         else:
             self.last_seq[key] = seq

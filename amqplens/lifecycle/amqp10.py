@@ -122,7 +122,7 @@ class Connection10:
         self.sessions: dict[tuple, Session] = {}  # (direction, channel) -> session
         self.pending: dict[tuple, Request] = {}  # keyed by the session/link objects themselves (held, never reused)
         self.closing: tuple | None = None
-        self.last_seq: dict[str, int] = {}  # per direction, channel and handle: the last message_seq a delivery took
+        self.last_seq: dict[str, int] = {}  # per direction, channel and handle: the highest message_seq a delivery took
 
     # -- entry points ---------------------------------------------------------------------------
     def on_frame(self, f: dict, fid: str, ts: int) -> None:
@@ -294,7 +294,8 @@ class Connection10:
     def _new_delivery(self, s: Session, link: Link, f: dict, fid: str, ts: int) -> Delivery:
         d, did, seq = f["direction"], f.get("delivery_id"), f.get("message_seq")
         key = f"{self.cid}-{WORD[d]}-{f.get('channel')}-{f.get('handle')}-"
-        if seq is None or self.last_seq.get(key) == seq:  # the codec saw a continuation where we start anew
+        # a continuation where we start anew, or a frame handled out of order: a number already taken
+        if seq is None or seq <= self.last_seq.get(key, -1):
             key += "f%d" % f["stream_offset"]
         else:
             self.last_seq[key] = seq

@@ -10,7 +10,8 @@ Keys. ``delivery_id`` is ``<connection_id>-<to_broker|from_broker>-<channel>-<n>
 ``message_seq`` of the message (per channel or link and direction, so unique
 in the connection where delivery tags and ids are not: channels reopen and
 restart their tags, ids wrap) or ``f<stream_offset>`` of its first frame when
-the codec gave it none. ``event_id`` is ``<frame_id>-<entity>[-<key>]`` with
+the codec gave it none or one not above the highest already taken there (so
+two rows never share an id: numbers rise, and a frame starts at most one row). ``event_id`` is ``<frame_id>-<entity>[-<key>]`` with
 key the channel, ``<channel>-<consumer tag>``, the session channel,
 ``<session channel>-<c|s><handle>`` (whose handle numbering: client's or
 server's) or, 0-10, ``<channel>-<c|s><destination>`` (credit for the client's

@@ -11,10 +11,13 @@ deliveries, pending requests and a small reorder buffer.
 
 Frame order within a connection: each direction is a byte stream, so its
 frames must be handled in stream_offset order; the two directions are merged
-by time. Sorting by ts alone is not enough, because a frame's ts is that of
-the packet carrying its first byte, and TCP reassembly releases an
-out-of-order segment with its own (earlier) ts after the hole before it is
-filled. The runner therefore holds up to ``reorder_window`` frames per
+by time. The decoder makes the two orders agree: a direction's frame times
+never go back in stream order (TCP reassembly releases a segment that
+arrived ahead of a hole at the time of the packet that filled it, see
+``amqplens.decode.tcp.stream``), so the sort by ``(ts_us, stream_offset)``
+gives each direction in stream order, however large the out-of-order
+stretch (a 64 KB loopback segment holds hundreds of frames). Should rows
+come otherwise anyway, the runner holds up to ``reorder_window`` frames per
 connection in one heap per direction keyed by stream_offset, and always
 handles the direction head with the smaller ts. Equal ts across directions
 (logs with coarse clocks, or one packet timestamp on loopback): a frame that

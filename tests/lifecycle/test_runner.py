@@ -19,6 +19,7 @@ from amqplens.lifecycle.machines import DELIVER, PUBLISH, TRANSFER
 from amqplens.contracts.tables import DELIVERIES, FLOW_EVENTS, REQUEST_RESPONSES
 
 from .conversation import CLIENT, SERVER, Conversation, run
+from .conversation010 import Conversation010
 
 TS_RENAMES = {"sent_ts": "sent_ts_us", "settled_ts": "settled_ts_us", "ts": "ts_us", "request_ts": "request_ts_us",
               "response_ts": "response_ts_us"}
@@ -82,6 +83,57 @@ def test_without_a_window_the_inversion_is_counted():
     c = _out_of_order_deliver()
     (row,), _, _, runner = run(c, reorder_window=0)
     assert runner.stats["late_frames"] == 1 and len(row["frame_ids"]) == 2  # the header went by before its method
+
+
+def _publish_after_its_content() -> Conversation:
+    """Issue 38 case 6 in small: publish 1's header and body, and all of publish 2, handled before publish 1's
+    method (frames of a segment captured ahead of a hole, beyond the window)."""
+    c = Conversation()
+    c.open_channel(1)
+    c.publish(1)
+    late = c.publish(1)
+    c.publish(1)
+    c.rows.remove(late[0])
+    c.rows.append(late[0])
+    return c
+
+
+def test_two_rows_never_share_a_delivery_id_whatever_order_the_frames_come_in():
+    d, _, _, runner = run(_publish_after_its_content(), reorder_window=0)
+    assert runner.stats["late_frames"] == 1
+    ids = [r["delivery_id"] for r in d]
+    assert len(ids) == 4 and len(set(ids)) == 4  # the old key gave the late publish the id of its orphaned content
+    assert sorted(str(r["flags"]) for r in d) == ["None", "None", "['content_incomplete']", "['method_not_seen']"]
+    assert ids == [r["delivery_id"] for r in run(_publish_after_its_content(), reorder_window=0)[0]]  # deterministic
+    (d_window,) = [run(_publish_after_its_content())[0]]  # within the window: one row per publish, no flag
+    assert len(d_window) == 3 and not [r for r in d_window if r["flags"]]
+
+
+def test_two_transfer_rows_never_share_a_delivery_id_whatever_order_the_frames_come_in():
+    c = Conversation("1.0")
+    c.perf(CLIENT, 0, "attach", handle=0, role=False, link_name="l", snd_settle_mode=0, rcv_settle_mode=0)
+    c.transfer(CLIENT, 0, 0, 0)
+    first = c.transfer(CLIENT, 0, 0, 1, more=True)
+    c.transfer(CLIENT, 0, 0, 1)
+    c.transfer(CLIENT, 0, 0, 2)
+    c.rows.remove(first)
+    c.rows.append(first)  # its continuation and the next transfer go first
+    d, _, _, runner = run(c, reorder_window=0)
+    assert runner.stats["late_frames"] == 1
+    ids = [r["delivery_id"] for r in d]
+    assert len(ids) == len(set(ids)) == 4
+
+
+def test_two_0_10_transfer_rows_never_share_a_delivery_id_whatever_order_the_frames_come_in():
+    c = Conversation010()
+    transfers = [c.transfer(CLIENT, 1, "amq.direct") for _ in range(3)]
+    late = transfers[1][0]
+    c.rows.remove(late)
+    c.rows.append(late)  # the second transfer's command after its content and the third transfer
+    d, _, _, runner = run(c, reorder_window=0)
+    assert runner.stats["late_frames"] == 1
+    ids = [r["delivery_id"] for r in d]
+    assert len(ids) == len(set(ids)) == 4  # the old name took message_seq 2 again
 
 
 def test_equal_times_across_directions_put_the_referring_frame_last():

@@ -108,6 +108,19 @@ def test_out_of_order_delivered_in_order_once_the_hole_fills():
     assert [e[3] for e in consumer.events] == [1000, 1010, 1020, 1030, 1040]
 
 
+def test_bytes_that_waited_for_a_hole_take_the_time_of_the_packet_that_filled_it():
+    # captured (and fed) in time order: [20..30) and [30..40) at 1010 and 1020, ahead of [10..20) at 1030, as a
+    # loopback capture under load holds them; the old reassembler emitted 1000, 1030, 1010, 1020, 1040, so the
+    # frames of [20..40) sorted before those of [10..20) and the lifecycle saw a channel's content out of order
+    seg = dict(zip(range(0, 50, 10), segments(DATA[:50], 1001, 10)))
+    order = [(0, 1000), (20, 1010), (30, 1020), (10, 1030), (40, 1040)]
+    rows = handshake() + [(ts, *seg[off][1:]) for off, ts in order]
+    rec, consumer = run(rows).only()
+    assert [(e[2], e[3]) for e in consumer.events] == [(0, 1000), (10, 1030), (20, 1030), (30, 1030), (40, 1040)]
+    assert consumer.assembled("to_server") == DATA[:50]
+    assert rec.out_of_order_bytes_to_server == 20
+
+
 def test_unfilled_hole_becomes_a_gap_at_fin():
     rows = handshake() + [
         (300, CLIENT, SERVER, "PA", 1001, b"0123456789"),

@@ -24,17 +24,8 @@ BROKER = sorted(
     p for ext in ("pcap", "pcapng") for p in (ROOT / "tests" / "data" / "broker").glob(f"*.{ext}") if not p.name.startswith("amqp10")
 )
 CAPTURES = PUBLIC + BROKER
-TYPE_CODE = {"method": 1, "header": 2, "body": 3, "heartbeat": 8}
 
 pytestmark = [pytest.mark.tshark, pytest.mark.skipif(not oracle.available(), reason="tshark is not installed")]
-
-
-def _ours(frames: list, direction: str) -> list:
-    return [
-        (r["channel"], TYPE_CODE[r["frame_type"]], r["class_id"] if r["frame_type"] == "method" else None, r["method_id"], r["delivery_tag"])
-        for r in frames
-        if r["direction"] == direction and r["frame_type"] != "protocol_header"
-    ]
 
 
 @pytest.mark.parametrize("pcap", CAPTURES, ids=lambda p: p.name)
@@ -49,7 +40,7 @@ def test_same_frames_as_tshark(pcap):
         check_accounting(frames, errors, {"to_server": len(s["to_server"]), "to_client": len(s["to_client"])})
         for direction in ("to_server", "to_client"):
             theirs = expected.get((stream, direction), [])
-            assert _ours(frames, direction) == theirs, (stream, direction)
+            assert oracle.ours(frames, direction) == theirs, (stream, direction)
             compared += len(theirs)
         headers = [r for r in frames if r["frame_type"] == "protocol_header"]
         if s["to_server"].startswith(b"AMQP"):

@@ -17,6 +17,7 @@ from tests.oracles.tshark_json import get as _get
 
 AMQP_PORTS = (5672,)
 AMQPS_PORTS = (5671,)
+TYPE_CODE = {"method": 1, "header": 2, "body": 3, "heartbeat": 8}
 
 
 def _run(args: list[str]) -> str:
@@ -47,6 +48,15 @@ def follow(pcap: str, stream: int) -> dict:
         "to_client": bytes(data[server]),
         "client_port": ports.get(1 - server),
     }
+
+
+def ours(frames: list, direction: str) -> list:
+    """Our frame rows of ``direction`` as ``frames`` gives tshark's: (channel, type, class, method, delivery_tag)."""
+    return [
+        (r["channel"], TYPE_CODE[r["frame_type"]], r["class_id"] if r["frame_type"] == "method" else None, r["method_id"], r["delivery_tag"])
+        for r in frames
+        if r["direction"] == direction and r["frame_type"] != "protocol_header"
+    ]
 
 
 def _int(v):

@@ -13,6 +13,14 @@ Output goes through two callables the owner sets and may swap at any time:
 ``emit(offset, ts_us, data)`` and ``emit_gap(offset, length, ts_us, reason)``.
 Every call starts exactly where the previous one ended, so per direction the
 calls tile ``[0, next)``: no offset repeats and nothing is skipped.
+
+The ``ts_us`` of emitted bytes never goes back: it is the time of the packet
+that carried them, or the time of the bytes before them when that is later.
+A segment that arrived ahead of a hole is released with the time of the
+packet that filled the hole (as a reader of the socket gets it, and as
+tshark shows its PDUs in the packet that completes them); so in stream order
+a direction's frames are in time order too, which is what lets the lifecycle
+merge the two directions by time with a small window (``LifecycleRunner``).
 """
 
 from __future__ import annotations
@@ -65,6 +73,7 @@ class HalfStream:
         "conflicts",
         "head",
         "head_open",
+        "last_ts",
         "on_head",
         "emit",
         "emit_gap",
@@ -95,6 +104,7 @@ class HalfStream:
         self.conflicts = 0
         self.head = b""  # the first bytes delivered, for protocol sniffing
         self.head_open = True
+        self.last_ts = -(1 << 63)  # ts_us of the last bytes emitted: the next never goes below it
         self.on_head: OnHead | None = None  # called with self once ``head`` holds 4 bytes
         self.emit: Emit | None = None
         self.emit_gap: EmitGap | None = None
@@ -158,7 +168,11 @@ class HalfStream:
         return True
 
     def deliver(self, off: int, data: bytes, ts_us: int, truncated: bool) -> None:
-        """Hand on bytes that start exactly at ``next``."""
+        """Hand on bytes that start exactly at ``next`` (at ``ts_us``, or at the time of the bytes before when later)."""
+        if ts_us < self.last_ts:
+            ts_us = self.last_ts  # it waited in the out-of-order buffer for a later packet
+        else:
+            self.last_ts = ts_us
         n = len(data)
         self.next = off + n
         self.nseq = (cast(int, self.nseq) + n) & M32  # set: bytes are placed only after it is
