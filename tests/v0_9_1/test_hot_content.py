@@ -77,3 +77,37 @@ def test_hex_column_is_the_hex_of_the_done_rows():
     offsets, data = hex_column(digest, np.array([True, False, True]))
     assert offsets.tolist() == [0, 64, 64, 128]
     assert data.tobytes() == b"00" * 32 + b"02" * 32
+
+
+@pytest.mark.parametrize("prefix", [0, 3, 100])
+def test_body_prefixes_and_hashes_of_the_compiled_path_are_the_reference_rows(prefix):
+    """Bodies cut over several frames and feeds (the prefix spans frames), a header after its message's bodies
+    started, a body overflowing its size: the rows of both paths, with ``body_prefix_bytes``."""
+    import struct
+
+    from amqplens.decode.tcp.records import TO_SERVER
+    from amqplens.decode.v0_9_1 import Amqp091StreamDecoder
+    from amqplens.decode.v0_9_1.warm import _frame
+
+    publish = _frame(1, 1, struct.pack(">HHH", 60, 40, 0) + b"\x01x\x01k\x00")
+
+    def header(size):
+        return _frame(2, 1, struct.pack(">HHQH", 60, 0, size, 0x9000) + b"\x0atext/plain\x02")
+
+    body = bytes(range(200))
+    stream = b"AMQP\x00\x00\x09\x01"
+    stream += (publish + header(200) + _frame(3, 1, body[:2]) + _frame(3, 1, body[2:150]) + _frame(3, 1, body[150:])) * 3
+    stream += publish + header(5) + _frame(3, 1, b"123456") + header(0) + _frame(3, 1, b"x") + publish + header(1) + _frame(3, 1, b"y")
+
+    def rows(compiled):
+        dec = Amqp091StreamDecoder("c", compiled=compiled, body_prefix_bytes=prefix)
+        dec.hot_min_bytes = 0
+        for at in range(0, len(stream), 97):
+            dec.data(TO_SERVER, at, at, stream[at : at + 97])
+        dec.close()
+        return dec.drain_frames(), dec.drain_frame_errors(), dec.connection_facts()
+
+    _content()
+    want = rows(False)
+    assert rows(True) == want
+    assert [r["body_prefix"] for r in want[0] if r["body_sha256"]][0] == (body[:prefix] if prefix else None)

@@ -207,17 +207,29 @@ def reset(st, cnt):
 
 
 @njit(cache=True, nogil=True)
-def content_pass(rec, i, buf, vals, has_content, class_id, st, hs, tail, prefix, cnt, out, digest, prefixes):
-    """The walk's records from ``i`` while they are hot rows: ``(the first record the Python decoder reads (or
-    the end), content errors seen)``. Hot row r of record j is ``rec[j, R_ROW]``; its frame at ``buf[rec[j, R_POS]:]``."""
+def content_pass(rec, i, buf, base, mark_at, mark_ts, vals, has_content, class_id, st, hs, tail, prefix, cnt, out, digest,
+                 prefixes, times, rec_ts):
+    """The walk's records from ``i`` while they are hot rows, through the message state, with each record's time
+    (``rec_ts``; a hot row's in ``times``): that of the last feed mark at or before its offset (``FramerCore._ts``).
+    Returns ``(the first record the Python decoder reads (or the end), content errors, frame bytes, hot rows)``;
+    a channel the state has no room for stops the pass there as well (the caller grows it and goes on).
+    Hot row r of record j is ``rec[j, R_ROW]``; its frame at ``buf[rec[j, R_POS]:]``."""
     errors = 0
+    nbytes = 0
+    hot = 0
     n = rec.shape[0]
+    m = 0
     while i < n:
+        off = base + rec[i, R_POS]
+        while m + 1 < len(mark_at) and mark_at[m + 1] <= off:
+            m += 1
+        rec_ts[i] = mark_ts[m] if len(mark_ts) else 0
         kind = rec[i, R_HOT]
-        if kind == 0:
+        ch = rec[i, R_CHANNEL]
+        if kind == 0 or ch >= st.shape[0]:
             break
         row = rec[i, R_ROW]
-        ch = rec[i, R_CHANNEL]
+        times[row] = rec_ts[i]
         out[row, O_SEQ], out[row, O_DONE], out[row, O_ERR], out[row, O_PREFIX] = -1, 0, E_NONE, 0
         if kind == 1:
             out[row, O_SEQ] = on_method(st, hs, cnt, ch, class_id, has_content[vals[row, V_HOT_METHOD]])
@@ -228,5 +240,7 @@ def content_pass(rec, i, buf, vals, has_content, class_id, st, hs, tail, prefix,
             on_body(st, hs, tail, prefix, cnt, ch, buf, a, a + rec[i, R_SIZE], out, digest, prefixes, row)
         if out[row, O_ERR]:
             errors += 1
+        nbytes += rec[i, R_SIZE] + 8
+        hot += 1
         i += 1
-    return i, errors
+    return i, errors, nbytes, hot

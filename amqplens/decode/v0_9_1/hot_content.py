@@ -46,6 +46,11 @@ def hex_column(digest: np.ndarray, done: np.ndarray):
 class ArrayContent:
     """One direction's open messages by channel (``ContentTracker``'s interface, ``content_kernel``'s state)."""
 
+    st: np.ndarray
+    hs: np.ndarray
+    tail: np.ndarray
+    prefix: np.ndarray
+
     def __init__(self, body_prefix_bytes: int = 0, channels: int = 8) -> None:
         self.body_prefix_bytes = body_prefix_bytes
         self.cnt = np.zeros(3, np.int64)
@@ -59,7 +64,7 @@ class ArrayContent:
         hs = np.zeros((channels, 8), np.uint32)
         tail = np.zeros((channels, 64), np.uint8)
         prefix = np.zeros((channels, self.body_prefix_bytes), np.uint8)
-        if hasattr(self, "st"):
+        if hasattr(self, "st"):  # grown: the channels so far keep their state
             old = self.st.shape[0]
             st[:old], hs[:old], tail[:old], prefix[:old] = self.st, self.hs, self.tail, self.prefix
         self.st, self.hs, self.tail, self.prefix = st, hs, tail, prefix

@@ -353,6 +353,30 @@ class FrameBatch:
     def __len__(self) -> int:
         return sum(self.sizes)
 
+    @classmethod
+    def combine(cls, parts: list) -> "FrameBatch":
+        """Neighbouring parts of a frames batch (``FrameBatch``es and lists of row dicts, of any connections) as one
+        batch, in their order: one conversion to Arrow for them all instead of one per connection."""
+        out = cls.__new__(cls)
+        out.dicts, out.columns, out.sizes, out.segments = [], [], [0], []
+        for part in parts:
+            if isinstance(part, list):
+                if part:
+                    out.segments.append([0, len(out.dicts), len(out.dicts) + len(part)])
+                    out.dicts += part
+                continue
+            shift = len(out.sizes) - 1
+            for src, start, stop in part.segments:
+                if src == 0:
+                    out.segments.append([0, start + len(out.dicts), stop + len(out.dicts)])
+                else:
+                    out.segments.append([src + shift, start, stop])
+            out.dicts += part.dicts
+            out.columns += part.columns
+            out.sizes += part.sizes[1:]
+        out.sizes[0] = len(out.dicts)
+        return out
+
     def redact(self, redactor) -> None:
         """``HeaderRedactor`` on every row: the dicts' JSON columns, and the hot rows' (headers tables name anything)."""
         for row in self.dicts:
@@ -422,6 +446,7 @@ def run(kernel, framer, buf: bytes, mv: memoryview, pos: int, n: int) -> int:
         builder.grow(need_rows, need_room)
     if not len(rec):
         return pos
+    builder.rows = first
     facts = owner._facts.facts
     if facts["dialect_source"] is None:
         facts["dialect_source"] = "framing"
@@ -439,22 +464,9 @@ def _flush(owner, builder: HotBuilder) -> None:
         builder.flushed = builder.rows
 
 
-def _times(marks, offsets: np.ndarray) -> np.ndarray:
-    """Each frame's ts: that of the last feed starting at or before its offset (``FramerCore._ts`` for every frame at
-    once), the feeds before the last frame's then dropped as ``_ts`` drops them."""
-    if not marks:
-        return np.zeros(len(offsets), np.int64)
-    at = np.fromiter((m[0] for m in marks), np.int64, len(marks))
-    ts = np.fromiter((m[1] for m in marks), np.int64, len(marks))
-    last = int(offsets[-1])
-    while len(marks) > 1 and marks[1][0] <= last:
-        marks.popleft()
-    return ts[np.maximum(np.searchsorted(at, offsets, "right") - 1, 0)]
-
-
 def _replay(owner, framer, arr: np.ndarray, mv: memoryview, hot: HotTables, builder: HotBuilder, rec: np.ndarray,
             first: int) -> None:
-    """The walk's frames in wire order: runs of hot frames through the message state at once
+    """The walk's frames in wire order: runs of hot frames through the message state and their times at once
     (``content_kernel.content_pass``), each frame the kernel left through the reference decoder in its place."""
     from amqplens.decode.v0_9_1 import content_kernel as ck
     from amqplens.decode.v0_9_1 import hot_kernel as k
@@ -462,35 +474,50 @@ def _replay(owner, framer, arr: np.ndarray, mv: memoryview, hot: HotTables, buil
 
     direction = framer.direction
     content = owner._content[direction]
-    content.fit(int(rec[:, k.R_CHANNEL].max()))
-    offsets = framer.base + rec[:, k.R_POS]
-    ts = _times(framer.marks, offsets)
-    is_hot = rec[:, k.R_HOT] != 0
-    hot_rows = rec[is_hot, k.R_ROW]
-    builder.ts[hot_rows] = ts[is_hot]
-    hot_before = np.cumsum(is_hot)
-    sizes = rec[:, k.R_SIZE] + 8
+    marks, base = framer.marks, framer.base
+    mark_at = np.array([m[0] for m in marks], np.int64)
+    mark_ts = np.array([m[1] for m in marks], np.int64)
+    rec_ts = np.empty(len(rec), np.int64)
     total = len(rec)
     i = 0
-    while i < total:
-        j, errors = ck.content_pass(rec, i, arr, builder.vals, hot.has_content, hot.content_class, content.st, content.hs,
-                                    content.tail, content.prefix, content.cnt, builder.out, builder.digest, builder.prefixes)  # fmt: skip
-        if j > i:
-            owner._frame_counts[direction] += j - i
-            framer.frame_bytes += int(sizes[i:j].sum())
-            builder.rows = first + int(hot_before[j - 1])
-            if errors:
-                for r in range(i, j):
-                    row = rec[r, k.R_ROW]
-                    code, a, b = builder.out[row, ck.O_ERR], builder.out[row, ck.O_ERR_A], builder.out[row, ck.O_ERR_B]
-                    if code:
-                        error = builder.errors[int(row)] = cast(str, error_of(int(code), int(a), int(b)))
-                        owner._frame_error(framer, {"decode_error": error, "stream_offset": int(offsets[r]),
-                                                    "size": int(sizes[r]), "ts_us": int(ts[r])})  # fmt: skip
-        if j < total:  # the reference decodes it, in its place among the hot rows
-            _flush(owner, builder)
-            pos, ftype, channel, size = (int(x) for x in rec[j, : k.R_SIZE + 1])
-            owner.on_frame(framer, int(offsets[j]), int(ts[j]), owner.frame_types[ftype], channel, mv[pos + 7 : pos + 7 + size], size + 8)
+    try:
+        while i < total:
+            j, errors, nbytes, hot_rows = ck.content_pass(rec, i, arr, base, mark_at, mark_ts, builder.vals, hot.has_content,
+                                                          hot.content_class, content.st, content.hs, content.tail, content.prefix,
+                                                          content.cnt, builder.out, builder.digest, builder.prefixes, builder.ts,
+                                                          rec_ts)  # fmt: skip
+            if hot_rows:
+                owner._frame_counts[direction] += hot_rows
+                framer.frame_bytes += nbytes
+                builder.rows += hot_rows
+                if errors:
+                    _content_errors(owner, framer, builder, rec, rec_ts, i, j, error_of)
+            if j >= total:
+                break
+            pos, ftype, channel, size, kind = (int(x) for x in rec[j, : k.R_HOT + 1])
+            if kind:  # a hot frame of a channel the state has no room for yet
+                content.fit(channel)
+                i = j
+                continue
+            _flush(owner, builder)  # the reference decodes it, in its place among the hot rows
+            owner.on_frame(framer, base + pos, int(rec_ts[j]), owner.frame_types[ftype], channel, mv[pos + 7 : pos + 7 + size], size + 8)
             framer.frame_bytes += size + 8
-            j += 1
-        i = j
+            i = j + 1
+    finally:
+        last = base + int(rec[min(i, total - 1), k.R_POS])
+        while len(marks) > 1 and marks[1][0] <= last:  # the marks before the last frame's, dropped as _ts drops them
+            marks.popleft()
+
+
+def _content_errors(owner, framer, builder: HotBuilder, rec: np.ndarray, rec_ts: np.ndarray, i: int, j: int, error_of) -> None:
+    """The frame errors of the hot records [i, j) whose message state said so, in wire order."""
+    from amqplens.decode.v0_9_1 import content_kernel as ck
+    from amqplens.decode.v0_9_1 import hot_kernel as k
+
+    for r in range(i, j):
+        row = int(rec[r, k.R_ROW])
+        code, a, b = (int(x) for x in builder.out[row, ck.O_ERR : ck.O_ERR_B + 1])
+        if code:
+            error = builder.errors[row] = cast(str, error_of(code, a, b))
+            owner._frame_error(framer, {"decode_error": error, "stream_offset": framer.base + int(rec[r, k.R_POS]),
+                                        "size": int(rec[r, k.R_SIZE]) + 8, "ts_us": int(rec_ts[r])})  # fmt: skip
