@@ -196,8 +196,10 @@ def read_splits(batches: Iterable[pa.RecordBatch], options: Options = Options())
 
 def frame_array(parts: list, typ: pa.StructType) -> pa.Array:
     """Frame parts (lists of row dicts, the 0-9-1 compiled path's ``FrameBatch``, struct arrays) as one struct array;
-    neighbouring lists of dicts are converted together (one conversion per run of them, not per connection)."""
-    arrays, rows = [], []
+    neighbouring lists of dicts and FrameBatches are converted together (one conversion per run of them, not per
+    connection)."""
+    arrays: list[pa.Array] = []
+    rows: list = []
     for part in parts:
         if isinstance(part, pa.Array):
             if rows:
