@@ -5,10 +5,11 @@ deliver, ack, nack, reject, a content header, a body frame, a heartbeat. For tho
 framing loop hands a whole buffer to ``hot_kernel.walk`` (numba), which reads their
 columns straight into arrays; what the walk cannot prove well formed, and every other
 frame, goes to the reference decoder (``Amqp091StreamDecoder.on_frame``) as before.
-The message state (``ContentTracker``: message_seq, body hashes) and the error rows
-stay the reference code's, called frame by frame in wire order, so the rows are the
-same either way; ``tests/v0_9_1/test_hotpath.py`` checks that on every fixture, the
-fuzz corpus and mutated streams.
+The message state (message_seq, body hashes, content errors) is ``hot_content.ArrayContent``'s
+arrays: a run of hot frames goes through it in one numba call (``content_kernel.content_pass``),
+the reference decoder's frames through ``ContentTracker``'s interface on the same state, in wire
+order, so the rows are the same either way; ``tests/v0_9_1/test_hotpath.py`` checks that on every
+fixture, the fuzz corpus and mutated streams.
 
 Hot frames leave the decoder as ``HotRows``: Arrow columns of a run of frames, in
 their place among the plain row dicts (``drain_frame_parts``). numba is optional:
