@@ -382,11 +382,16 @@ class FrameBatch:
         """``HeaderRedactor`` on every row: the dicts' JSON columns, and the hot rows' (headers tables name anything)."""
         for row in self.dicts:
             redactor.row(row)
-        for cols in self.columns:
+        for cols in self.columns:  # the kernel's text is printable ASCII: one C scan per name finds what may change
             for name in ROW_COLUMNS:
+                hit = np.flatnonzero(redactor.candidates(cols[name]))
+                if not len(hit):
+                    continue
                 values = cols[name].to_pylist()
-                redacted = [redactor.text(v) for v in values]
-                if any(a is not b for a, b in zip(values, redacted)):
+                redacted = list(values)
+                for i in hit:
+                    redacted[i] = redactor.text(values[i])
+                if any(redacted[i] is not values[i] for i in hit):
                     cols[name] = pa.array(redacted, pa.string())
 
     def _order(self) -> np.ndarray | None:
