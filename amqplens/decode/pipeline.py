@@ -34,6 +34,7 @@ from amqplens.decode.codecs import DecodeOptions, DecodingConsumer
 from amqplens.decode.capture.records import PACKET_SCHEMA, CaptureErrorRecord, SplitStats
 from amqplens.decode.tcp import TcpReassembler
 from amqplens.decode.tcp.records import ConnectionRecord, GapRecord
+from amqplens.decode.v0_9_1.hotpath import FrameBatch
 
 SPLITS_SCHEMA = pa.schema(
     [("capture_id", pa.string()), ("path", pa.string()), ("start", pa.int64()), ("end", pa.int64()), ("split_index", pa.int32())]
@@ -195,19 +196,28 @@ def read_splits(batches: Iterable[pa.RecordBatch], options: Options = Options())
 
 def frame_array(parts: list, typ: pa.StructType) -> pa.Array:
     """Frame parts (lists of row dicts, the 0-9-1 compiled path's ``FrameBatch``, struct arrays) as one struct array;
-    neighbouring lists of dicts are converted together (one conversion per run of them, not per connection)."""
-    arrays, rows = [], []
+    neighbouring lists of dicts and FrameBatches are converted together (one conversion per run of them, not per
+    connection)."""
+    arrays: list[pa.Array] = []
+    rows: list = []
     for part in parts:
-        if isinstance(part, list):
-            rows += part
-            continue
-        if rows:
-            arrays.append(to_struct_array(rows, typ))
-            rows = []
-        arrays.append(part if isinstance(part, pa.Array) else part.to_struct(typ, to_struct_array))
+        if isinstance(part, pa.Array):
+            if rows:
+                arrays.append(_rows_array(rows, typ))
+                rows = []
+            arrays.append(part)
+        else:
+            rows.append(part)
     if rows:
-        arrays.append(to_struct_array(rows, typ))
+        arrays.append(_rows_array(rows, typ))
     return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
+def _rows_array(parts: list, typ: pa.StructType) -> pa.Array:
+    """Neighbouring lists of row dicts and ``FrameBatch``es as one struct array: one conversion for them all."""
+    if all(isinstance(p, list) for p in parts):
+        return to_struct_array([r for p in parts for r in p], typ)
+    return FrameBatch.combine(parts).to_struct(typ, to_struct_array)
 
 
 def _gap_row(capture_id: str, gap: GapRecord) -> dict:

@@ -44,6 +44,19 @@ class HeaderRedactor:
         low = bytes(raw).lower()
         return any(n in low for n in self._raw_needles)
 
+    def candidates(self, column):
+        """Which values of an Arrow string ``column`` of ASCII text (the compiled path's JSON) ``text`` may change: a
+        numpy bool per value, from one substring scan per name in C; the others ``text`` returns as they are."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        hit = np.zeros(len(column), np.bool_)
+        if self.names and column.null_count < len(column):
+            low = pc.utf8_lower(column)
+            for needle in self._needles:
+                hit |= pc.fill_null(pc.match_substring(low, needle), False).to_numpy(zero_copy_only=False)
+        return hit
+
     def text(self, text: str | None) -> str | None:
         """The JSON ``text`` with the value of every matching member replaced (the same object when none matches)."""
         if not text or not self.names:

@@ -101,3 +101,20 @@ def test_credential_application_headers_of_0_10_are_redacted():
     props = [json.loads(f["properties_json"]) for f in frames if f["properties_json"] and "application_headers" in f["properties_json"]]
     assert [p["message.message-properties"]["application_headers"] for p in props] == [{"password": REDACTED, "k": 1}]
     assert "pw-0-10" not in _text(frames, c.connection_facts())
+
+
+def test_candidates_find_every_value_text_would_change():
+    """The compiled path's prefilter: every ASCII value whose redaction differs is a candidate (names in any case,
+    nested, as a value rather than a name, absent, null, empty), and values naming nothing are not."""
+    import pyarrow as pa
+
+    from amqplens.decode.redaction import HeaderRedactor
+
+    r = HeaderRedactor()
+    values = ['{"headers":{"Authorization":"x"}}', '{"a":{"b":{"TOKEN":1}}}', '{"k":"password"}', '{"k":"v"}', None, "",
+              '{"x-api-key":"s","y":2}', '{"Cookie":null}', 'not json but names "secret"']
+    hit = r.candidates(pa.array(values, pa.string()))
+    changed = [v is not None and r.text(v) is not v for v in values]
+    assert all(h for h, c in zip(hit, changed) if c)
+    assert not hit[3] and not hit[4] and not hit[5]
+    assert hit[0] and hit[1] and hit[6]

@@ -5,10 +5,11 @@ deliver, ack, nack, reject, a content header, a body frame, a heartbeat. For tho
 framing loop hands a whole buffer to ``hot_kernel.walk`` (numba), which reads their
 columns straight into arrays; what the walk cannot prove well formed, and every other
 frame, goes to the reference decoder (``Amqp091StreamDecoder.on_frame``) as before.
-The message state (``ContentTracker``: message_seq, body hashes) and the error rows
-stay the reference code's, called frame by frame in wire order, so the rows are the
-same either way; ``tests/v0_9_1/test_hotpath.py`` checks that on every fixture, the
-fuzz corpus and mutated streams.
+The message state (message_seq, body hashes, content errors) is ``hot_content.ArrayContent``'s
+arrays: a run of hot frames goes through it in one numba call (``content_kernel.content_pass``),
+the reference decoder's frames through ``ContentTracker``'s interface on the same state, in wire
+order, so the rows are the same either way; ``tests/v0_9_1/test_hotpath.py`` checks that on every
+fixture, the fuzz corpus and mutated streams.
 
 Hot frames leave the decoder as ``HotRows``: Arrow columns of a run of frames, in
 their place among the plain row dicts (``drain_frame_parts``). numba is optional:
@@ -73,11 +74,19 @@ def load_kernel():
         os.environ.setdefault("NUMBA_CACHE_DIR", cache_dir())
         try:
             from amqplens.decode.v0_9_1.hot_kernel import walk
+            from amqplens.decode.v0_9_1 import content_kernel  # noqa: F401  (ArrayContent's, loaded with the walk)
         except ImportError:
             _kernel = False
         else:
             _kernel = walk
     return _kernel or None
+
+
+def array_content():
+    """The compiled path's message state class (``hot_content.ArrayContent``); only once ``load_kernel`` loaded numba."""
+    from amqplens.decode.v0_9_1.hot_content import ArrayContent
+
+    return ArrayContent
 
 
 def available() -> bool:
@@ -124,7 +133,7 @@ class HotTables:
             names.append(meta.method_name)
             content.append(bool(meta.content))
         self.method_names = np.array(names, dtype=object)  # by hot method + 1 (0: not a method)
-        self.has_content = content
+        self.has_content = np.array(content or [False], np.bool_)
         width = max([len(f) for f in plans] + [1])
         self.plan = np.zeros((max(len(plans), 1), width, 5), np.int64)
         for h, fields in enumerate(plans):
@@ -202,35 +211,40 @@ def hot_tables(tables) -> HotTables:
 
 
 class HotBuilder:
-    """One direction's hot rows since the last drain: the kernel's arrays, grown as needed, plus what the
-    reference's message state said for each row (message_seq, body hash, error)."""
+    """One direction's hot rows since the last drain: the kernel's arrays, grown as needed, with what the message
+    state (``hot_content.ArrayContent``) said for each row (``content_kernel.O_*``: message_seq, completion, error),
+    the body hashes and prefixes, the rows' times and their errors."""
 
-    def __init__(self, direction: str, rows: int = 256, room: int = 1 << 14) -> None:
+    def __init__(self, direction: str, prefix_bytes: int = 0, rows: int = 256, room: int = 1 << 14) -> None:
+        from amqplens.decode.v0_9_1 import content_kernel as ck
         from amqplens.decode.v0_9_1 import hot_kernel as k
 
         self.direction = direction
+        self.rows = 0
         self.flushed = 0  # rows already handed to the decoder's output as HotRows
         self.vals = np.empty((rows, k.N_VALS), np.int64)
         self.sdata = np.empty((k.N_STR, room), np.uint8)
         self.soff = np.zeros((k.N_STR, rows + 1), np.int64)
-        self.ts: list[int] = []
-        self.seqs: list = []
-        self.sha: list = []
-        self.prefix: list = []
-        self.errors: list = []
-
-    @property
-    def rows(self) -> int:
-        return len(self.ts)
+        self.ts = np.empty(rows, np.int64)
+        self.out = np.empty((rows, ck.N_OUT), np.int64)
+        self.digest = np.empty((rows, 32), np.uint8)
+        self.prefixes = np.empty((rows, prefix_bytes), np.uint8)
+        self.prefix_bytes = prefix_bytes
+        self.errors: dict[int, str] = {}  # row -> its decode_error (a content error)
 
     def grow(self, rows: int, room: int) -> None:
         """Room for ``rows`` rows and ``room`` string bytes per column (at least doubled)."""
         n = self.rows
         if rows > self.vals.shape[0]:
             cap = max(rows, 2 * self.vals.shape[0])
-            vals, soff = np.empty((cap, self.vals.shape[1]), np.int64), np.zeros((self.soff.shape[0], cap + 1), np.int64)
-            vals[:n], soff[:, : n + 1] = self.vals[:n], self.soff[:, : n + 1]
-            self.vals, self.soff = vals, soff
+            soff = np.zeros((self.soff.shape[0], cap + 1), np.int64)
+            soff[:, : n + 1] = self.soff[:, : n + 1]
+            self.soff = soff
+            for name in ("vals", "ts", "out", "digest", "prefixes"):
+                old = getattr(self, name)
+                new = np.empty((cap, *old.shape[1:]), old.dtype)
+                new[:n] = old[:n]
+                setattr(self, name, new)
         if room > self.sdata.shape[1]:
             sdata = np.empty((self.sdata.shape[0], max(room, 2 * self.sdata.shape[1])), np.uint8)
             used = int(self.soff[:, n].max())
@@ -239,18 +253,37 @@ class HotBuilder:
 
     def arrays(self, hot: HotTables, connection_id: str, dialect: str) -> dict[str, pa.Array]:
         """The rows as Arrow columns (FRAME_KEYS names; the others are null)."""
+        from amqplens.decode.v0_9_1 import content_kernel as ck
         from amqplens.decode.v0_9_1 import hot_kernel as k
+        from amqplens.decode.v0_9_1.hot_content import hex_column
 
         m = self.rows
         v = self.vals[:m]
         kinds = v[:, k.V_KIND]
         methods, headers = kinds == k.K_METHOD, kinds == k.K_HEADER
         classed = methods | headers
+        seq = self.out[:m, ck.O_SEQ]
+        done = self.out[:m, ck.O_DONE] == 1
+        offsets, data = hex_column(self.digest[:m], done)
+        valid = pa.py_buffer(np.packbits(done, bitorder="little"))
+        sha = pa.StringArray.from_buffers(m, pa.py_buffer(offsets), pa.py_buffer(data), valid)
+        if self.prefix_bytes:
+            lengths = np.where(done, self.out[:m, ck.O_PREFIX], 0)
+            starts = np.zeros(m + 1, np.int32)
+            np.cumsum(lengths, out=starts[1:])
+            body = self.prefixes[:m][np.arange(self.prefix_bytes) < lengths[:, None]]
+            prefix = pa.BinaryArray.from_buffers(pa.binary(), m, [valid, pa.py_buffer(starts), pa.py_buffer(body)])
+        else:
+            prefix = pa.nulls(m, pa.binary())
+        if self.errors:
+            errors = pa.array([self.errors.get(i) for i in range(m)], pa.string())
+        else:
+            errors = pa.nulls(m, pa.string())
         cols = {
             "connection_id": pa.array([connection_id] * m, pa.string()),
             "direction": pa.array([self.direction] * m, pa.string()),
             "stream_offset": pa.array(v[:, k.V_OFFSET]),
-            "ts_us": pa.array(self.ts, pa.int64()),
+            "ts_us": pa.array(self.ts[:m]),
             "dialect": pa.array([dialect] * m, pa.string()),
             "frame_type": pa.array(hot.kind_names[kinds], pa.string()),
             "channel": pa.array(v[:, k.V_CHANNEL]),
@@ -260,10 +293,10 @@ class HotBuilder:
             "class_name": pa.array(np.where(classed, hot.class_name, None), pa.string()),
             "method_name": pa.array(hot.method_names[np.where(methods, v[:, k.V_HOT_METHOD] + 1, 0)], pa.string()),
             "body_size": pa.array(v[:, k.V_BODY_SIZE], mask=~headers),
-            "message_seq": pa.array(self.seqs, pa.int64()),
-            "body_sha256": pa.array(self.sha, pa.string()),
-            "body_prefix": pa.array(self.prefix, pa.binary()),
-            "decode_error": pa.array(self.errors, pa.string()),
+            "message_seq": pa.array(seq, mask=seq < 0),
+            "body_sha256": sha,
+            "body_prefix": prefix,
+            "decode_error": errors,
         }
         for i, name in enumerate(hot.int_columns):
             cols[name] = pa.array(v[:, k.V_INTS + i], mask=(v[:, k.V_BOOL_SET] >> (32 + i) & 1) == 0)
@@ -321,15 +354,44 @@ class FrameBatch:
     def __len__(self) -> int:
         return sum(self.sizes)
 
+    @classmethod
+    def combine(cls, parts: list) -> "FrameBatch":
+        """Neighbouring parts of a frames batch (``FrameBatch``es and lists of row dicts, of any connections) as one
+        batch, in their order: one conversion to Arrow for them all instead of one per connection."""
+        out = cls.__new__(cls)
+        out.dicts, out.columns, out.sizes, out.segments = [], [], [0], []
+        for part in parts:
+            if isinstance(part, list):
+                if part:
+                    out.segments.append([0, len(out.dicts), len(out.dicts) + len(part)])
+                    out.dicts += part
+                continue
+            shift = len(out.sizes) - 1
+            for src, start, stop in part.segments:
+                if src == 0:
+                    out.segments.append([0, start + len(out.dicts), stop + len(out.dicts)])
+                else:
+                    out.segments.append([src + shift, start, stop])
+            out.dicts += part.dicts
+            out.columns += part.columns
+            out.sizes += part.sizes[1:]
+        out.sizes[0] = len(out.dicts)
+        return out
+
     def redact(self, redactor) -> None:
         """``HeaderRedactor`` on every row: the dicts' JSON columns, and the hot rows' (headers tables name anything)."""
         for row in self.dicts:
             redactor.row(row)
-        for cols in self.columns:
+        for cols in self.columns:  # the kernel's text is printable ASCII: one C scan per name finds what may change
             for name in ROW_COLUMNS:
+                hit = np.flatnonzero(redactor.candidates(cols[name]))
+                if not len(hit):
+                    continue
                 values = cols[name].to_pylist()
-                redacted = [redactor.text(v) for v in values]
-                if any(a is not b for a, b in zip(values, redacted)):
+                redacted = list(values)
+                for i in hit:
+                    redacted[i] = redactor.text(values[i])
+                if any(redacted[i] is not values[i] for i in hit):
                     cols[name] = pa.array(redacted, pa.string())
 
     def _order(self) -> np.ndarray | None:
@@ -340,14 +402,31 @@ class FrameBatch:
 
     def to_struct(self, typ: pa.StructType, dict_rows) -> pa.Array:
         """The rows as one ``typ`` struct array (the frames contract), in wire order; ``dict_rows(rows, typ)``:
-        the caller's conversion of row dicts."""
-        parts = [dict_rows(self.dicts, typ)] if self.dicts else []
-        for cols, n in zip(self.columns, self.sizes[1:]):
-            children = [cols[f.name].cast(f.type) if f.name in cols else pa.nulls(n, f.type) for f in typ]
-            parts.append(pa.StructArray.from_arrays(children, fields=list(typ)))
-        whole = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+        the caller's conversion of row dicts. Column by column: a column no source fills is one null array, the
+        others are concatenated and put in wire order with one ``take`` each (not the whole struct's)."""
+        total = len(self)
         order = self._order()
-        return whole if order is None else whole.take(order)
+        dicts = dict_rows(self.dicts, typ) if self.dicts else None
+        children = []
+        for f in typ:
+            pieces, filled = [], False
+            if dicts is not None:
+                child = dicts.field(f.name)
+                pieces.append(child)
+                filled = child.null_count < len(child)
+            for cols, n in zip(self.columns, self.sizes[1:]):
+                child = cols.get(f.name)
+                if child is None:
+                    pieces.append(pa.nulls(n, f.type))
+                else:
+                    pieces.append(child if child.type == f.type else child.cast(f.type))
+                    filled = filled or child.null_count < n
+            if not filled:
+                children.append(pa.nulls(total, f.type))
+                continue
+            whole = pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
+            children.append(whole if order is None else whole.take(order))
+        return pa.StructArray.from_arrays(children, fields=list(typ))
 
     def to_rows(self) -> list[dict]:
         """The rows as the reference decoder's dicts (every FRAME_KEYS key), in wire order."""
@@ -364,19 +443,21 @@ def run(kernel, framer, buf: bytes, mv: memoryview, pos: int, n: int) -> int:
     hot = hot_tables(owner.tables)
     builder = owner.hot_builder(framer.direction)
     arr = np.frombuffer(buf, np.uint8)
+    first = builder.rows
     while True:
         rec, rows, end, need_rows, need_room = kernel(arr, pos, n, framer.base, owner.frame_limit(), hot.meta, hot.plan, hot.props,
-                                                      hot.keys, builder.vals, builder.sdata, builder.soff, builder.rows)  # fmt: skip
+                                                      hot.keys, builder.vals, builder.sdata, builder.soff, first)  # fmt: skip
         if not need_rows:
             break
         builder.grow(need_rows, need_room)
     if not len(rec):
         return pos
+    builder.rows = first
     facts = owner._facts.facts
     if facts["dialect_source"] is None:
         facts["dialect_source"] = "framing"
     try:
-        _replay(owner, framer, mv, hot, builder, rec.tolist())
+        _replay(owner, framer, arr, mv, hot, builder, rec, first)
     finally:
         _flush(owner, builder)
     return int(end)
@@ -389,43 +470,60 @@ def _flush(owner, builder: HotBuilder) -> None:
         builder.flushed = builder.rows
 
 
-def _replay(owner, framer, mv: memoryview, hot: HotTables, builder: HotBuilder, records: list) -> None:
-    """The frames in wire order: the reference for the ones the kernel left, the message state for the hot ones."""
+def _replay(owner, framer, arr: np.ndarray, mv: memoryview, hot: HotTables, builder: HotBuilder, rec: np.ndarray,
+            first: int) -> None:
+    """The walk's frames in wire order: runs of hot frames through the message state and their times at once
+    (``content_kernel.content_pass``), each frame the kernel left through the reference decoder in its place."""
+    from amqplens.decode.v0_9_1 import content_kernel as ck
+    from amqplens.decode.v0_9_1 import hot_kernel as k
+    from amqplens.decode.v0_9_1.hot_content import error_of
+
+    direction = framer.direction
+    content = owner._content[direction]
+    marks, base = framer.marks, framer.base
+    mark_at = np.array([m[0] for m in marks], np.int64)
+    mark_ts = np.array([m[1] for m in marks], np.int64)
+    rec_ts = np.empty(len(rec), np.int64)
+    total = len(rec)
+    i = 0
+    try:
+        while i < total:
+            j, errors, nbytes, hot_rows = ck.content_pass(rec, i, arr, base, mark_at, mark_ts, builder.vals, hot.has_content,
+                                                          hot.content_class, content.st, content.hs, content.tail, content.prefix,
+                                                          content.cnt, builder.out, builder.digest, builder.prefixes, builder.ts,
+                                                          rec_ts)  # fmt: skip
+            if hot_rows:
+                owner._frame_counts[direction] += hot_rows
+                framer.frame_bytes += nbytes
+                builder.rows += hot_rows
+                if errors:
+                    _content_errors(owner, framer, builder, rec, rec_ts, i, j, error_of)
+            if j >= total:
+                break
+            pos, ftype, channel, size, kind = (int(x) for x in rec[j, : k.R_HOT + 1])
+            if kind:  # a hot frame of a channel the state has no room for yet
+                content.fit(channel)
+                i = j
+                continue
+            _flush(owner, builder)  # the reference decodes it, in its place among the hot rows
+            owner.on_frame(framer, base + pos, int(rec_ts[j]), owner.frame_types[ftype], channel, mv[pos + 7 : pos + 7 + size], size + 8)
+            framer.frame_bytes += size + 8
+            i = j + 1
+    finally:
+        last = base + int(rec[min(i, total - 1), k.R_POS])
+        while len(marks) > 1 and marks[1][0] <= last:  # the marks before the last frame's, dropped as _ts drops them
+            marks.popleft()
+
+
+def _content_errors(owner, framer, builder: HotBuilder, rec: np.ndarray, rec_ts: np.ndarray, i: int, j: int, error_of) -> None:
+    """The frame errors of the hot records [i, j) whose message state said so, in wire order."""
+    from amqplens.decode.v0_9_1 import content_kernel as ck
     from amqplens.decode.v0_9_1 import hot_kernel as k
 
-    base, marks, direction = framer.base, framer.marks, framer.direction
-    content, counts, frame_types = owner._content[direction], owner._frame_counts, owner.frame_types
-    ts_list, seqs, shas, prefixes, errors = builder.ts, builder.seqs, builder.sha, builder.prefix, builder.errors
-    has_content, cls, vals = hot.has_content, hot.content_class, builder.vals
-    frame_bytes = 0
-    try:
-        for pos, ftype, channel, size, kind, row in records:
-            off = base + pos
-            while len(marks) > 1 and marks[1][0] <= off:
-                marks.popleft()
-            ts = marks[0][1] if marks else 0
-            if not kind:  # the reference decodes it, in its place among the hot rows
-                _flush(owner, builder)
-                framer.frame_bytes += frame_bytes
-                frame_bytes = 0
-                owner.on_frame(framer, off, ts, frame_types[ftype], channel, mv[pos + 7 : pos + 7 + size], size + 8)
-                framer.frame_bytes += size + 8
-                continue
-            done = error = seq = None
-            if kind == 1:
-                seq = content.on_method(channel, cls, has_content[vals[row, k.V_HOT_METHOD]])
-            elif kind == 2:
-                seq, done, error = content.on_header(channel, cls, int(vals[row, k.V_BODY_SIZE]))
-            elif kind == 3:
-                seq, done, error = content.on_body(channel, mv[pos + 7 : pos + 7 + size])
-            ts_list.append(ts)
-            seqs.append(seq)
-            shas.append(done[0] if done else None)
-            prefixes.append(done[1] if done else None)
-            errors.append(error)
-            counts[direction] += 1
-            frame_bytes += size + 8
-            if error is not None:
-                owner._frame_error(framer, {"decode_error": error, "stream_offset": off, "size": size + 8, "ts_us": ts})
-    finally:
-        framer.frame_bytes += frame_bytes
+    for r in range(i, j):
+        row = int(rec[r, k.R_ROW])
+        code, a, b = (int(x) for x in builder.out[row, ck.O_ERR : ck.O_ERR_B + 1])
+        if code:
+            error = builder.errors[row] = cast(str, error_of(code, a, b))
+            owner._frame_error(framer, {"decode_error": error, "stream_offset": framer.base + int(rec[r, k.R_POS]),
+                                        "size": int(rec[r, k.R_SIZE]) + 8, "ts_us": int(rec_ts[r])})  # fmt: skip

@@ -28,7 +28,7 @@ from amqplens.decode.v0_9_1.spec_types import MethodSpec
 from amqplens.decode.v0_9_1.fieldtable import RABBITMQ
 from amqplens.decode.v0_9_1.frames import ALL_METHOD_KEYS, channel_rule, tables_for
 from amqplens.decode.v0_9_1.framing import FOREIGN, SYNCED, DirectionFramer
-from amqplens.decode.v0_9_1.hotpath import MIN_BYTES, FrameBatch, HotBuilder, HotRows, hot_tables, load_kernel
+from amqplens.decode.v0_9_1.hotpath import MIN_BYTES, FrameBatch, HotBuilder, HotRows, array_content, hot_tables, load_kernel
 from amqplens.decode.v0_9_1.primitives import CONTENT_HEADER, METHOD_IDS
 from amqplens.decode.v0_9_1.rows import FRAME_TEMPLATE, promote, to_json
 
@@ -57,12 +57,15 @@ class Amqp091StreamDecoder(StreamDecoderBase):
     ) -> None:
         if dialect is not None and dialect not in FAMILY_0_9_1:
             raise ValueError(f"dialect must be one of {sorted(FAMILY_0_9_1)}, not {dialect!r}")
-        self._content = self._init_framed(connection_id, DirectionFramer, ContentTracker, ConnectionFacts, **options)
+        kernel = load_kernel() if compiled else None
+        tracker = array_content() if kernel is not None else ContentTracker  # the compiled path keeps messages in arrays
+        self._content = self._init_framed(connection_id, DirectionFramer, tracker, ConnectionFacts, **options)
         self.letters = field_table_letters
         self.forced_dialect = dialect
         self._set_dialect(dialect or D0_9_1, "forced" if dialect else None)
         self._secrets_end: int | None = None  # to_server offset after which no SASL response follows
-        self.hot_kernel = load_kernel() if compiled else None
+        self.hot_kernel = kernel
+        self.body_prefix_bytes = options.get("body_prefix_bytes", 0)
         self.hot_min_bytes = MIN_BYTES  # buffers smaller than this stay on the Python path (tests lower it)
         self._builders: dict[str, HotBuilder] = {}
 
@@ -88,7 +91,7 @@ class Amqp091StreamDecoder(StreamDecoderBase):
         """The compiled path's rows of ``direction`` since the last drain."""
         builder = self._builders.get(direction)
         if builder is None:
-            builder = self._builders[direction] = HotBuilder(direction)
+            builder = self._builders[direction] = HotBuilder(direction, self.body_prefix_bytes)
         return builder
 
     def connection_facts(self) -> dict:

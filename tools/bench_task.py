@@ -1,0 +1,168 @@
+"""CPU per frame of an ingest task's two halves, without Spark: decode + batches, then the fused lifecycle.
+
+    python -m tools.bench_task CAPTURE.pcap [--repeat 3] [--compiled off,auto]
+
+The capture's packets (one split, sorted as the ingest shuffle sorts them) go through
+``ingest_captures.decode_and_stage``'s work in one process: ``pipeline.decode_flows`` (TCP
+reassembly, the codecs, redaction, the frame batches), the frames table's rows and their
+``StagedWriter`` (Parquet under a temporary folder): "decode + batches". The frame and
+connection batches it gave are then fed to the fused lifecycle (``ConnectionLifecycle``) and
+its rows written the same way: "lifecycle". Each figure is CPU seconds of this process
+(``time.process_time``; the machine is shared), best of ``--repeat``, per frame.
+For each ``--compiled`` setting the lifecycle tables, frames, connections and decode_errors
+must be the same as the first setting's; the exit status says whether they were.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from amqplens.contracts.arrow import facts_struct, frame_struct
+from amqplens.decode import pipeline
+from amqplens.decode.codecs import DecodeOptions
+from amqplens.decode.v0_9_1 import warm
+from amqplens.jobs import ingest_captures as ingest
+from amqplens.jobs import lifecycle
+from amqplens.lake.staging import StagedTable
+from amqplens.lifecycle.fused import ConnectionLifecycle
+from tools.bench_hotpath import packets
+
+
+def _staged(root: str, names) -> dict[str, StagedTable]:
+    return {name: StagedTable(name, root, "bench") for name in names}
+
+
+def decode_stage(table: pa.Table, compiled: str, root: str) -> tuple[float, list, dict]:
+    """(CPU seconds, the (kind, capture, batch) events the lifecycle takes, the tables' rows)."""
+    options = pipeline.Options(
+        decode_options=DecodeOptions(compiled=compiled), frame_struct=frame_struct(), facts_struct=facts_struct())
+    writers = {n: s.writer(0) for n, s in _staged(root, ingest.STAGED_TABLES).items()}
+    events, tables = [], {n: [] for n in ingest.STAGED_TABLES}
+    t0 = time.process_time()
+    for out in pipeline.decode_flows(table.to_batches(max_chunksize=options.batch_rows), options):
+        kind = out.column(0)[0].as_py() if out.num_rows else None
+        cid = out.column(1)[0].as_py() if out.num_rows else None
+        if kind == "frame":
+            rows = ingest.frame_rows(out)
+            writers["frames"].write(cid, rows)
+            events.append(("frame", cid, rows))
+            tables["frames"].append(rows)
+        elif kind == "connection":
+            rows = ingest.connection_rows(out)
+            writers["connections"].write(cid, rows)
+            events.append(("connection", cid, out))
+            tables["connections"].append(rows)
+        elif kind == "error":
+            rows = ingest.error_rows(out)
+            writers["decode_errors"].write(cid, rows)
+            tables["decode_errors"].append(rows)
+    for w in writers.values():
+        w.close()
+    return time.process_time() - t0, events, tables
+
+
+def lifecycle_stage(events: list, root: str) -> tuple[float, dict]:
+    fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=8192)
+    life = lifecycle.LifecycleWriters({k: StagedTable(t.name, root, "bench") for k, t in lifecycle.OUTPUTS}, 0)
+    kept: dict[str, list] = {}
+    t0 = time.process_time()
+
+    def write(batches):
+        for out in batches:
+            life.write(out)
+            kept.setdefault(out.column(0)[0].as_py(), []).append(out)
+
+    for kind, cid, batch in events:
+        if kind == "frame":
+            write(fused.frames(cid, batch))
+        else:
+            write(fused.closed(cid, batch.column("connection").field("connection_id").to_pylist(), batch.column("meta").to_pylist()))
+    write(fused.finish())
+    life.close()
+    return time.process_time() - t0, kept
+
+
+def settle_figures(frames: list, deliveries: list, repeat: int) -> bool:
+    """CPU per frame of ``settle091.settle`` on the frames (the columns it reads, best of ``repeat`` after a warm
+    run), and its settlements against the machines' deliveries rows."""
+    from amqplens.lifecycle import settle091
+
+    cols = ["connection_id", "direction", "stream_offset", "ts", "dialect", "frame_type", "channel", "class_name",
+            "method_name", "delivery_tag", "multiple", "requeue", "no_ack", "message_seq"]
+    table = settle091.with_ts_us(pa.Table.from_batches([b.select(cols) for b in frames]))
+    table = table.filter(pc.is_in(table.column("dialect"), pa.array(["0-8", "0-9", "0-9-1"])))
+    settle091.settle(table.slice(0, 1000))
+    best = None
+    for _ in range(repeat):
+        t0 = time.process_time()
+        result = settle091.settle(table)
+        spent = time.process_time() - t0
+        best = spent if best is None else min(best, spent)
+    rows = pa.Table.from_batches(deliveries).column("delivery").to_pylist() if deliveries else []
+    got = settle091.compare(table, result, rows)
+    print(f"settle091: {table.num_rows} frames, {best:.2f} CPU s = {best / table.num_rows * 1e6:.2f} us/frame; "
+          + ", ".join(f"{k} {len(v)}" for k, v in got.items()), flush=True)
+    return not got["different"] and not got["missed"]
+
+
+def _canonical(batches: list, sort_by: str | None = None) -> pa.Table:
+    if not batches:
+        return pa.table({})
+    t = pa.Table.from_batches(batches)
+    return t.sort_by([(sort_by, "ascending")]) if sort_by else t
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.bench_task", description=__doc__.split("\n\n")[0])
+    ap.add_argument("capture")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--compiled", default="off,auto")
+    ap.add_argument("--settle", action="store_true", help="also time lifecycle.settle091 (the array settlement prototype) "
+                    "on the first setting's frames and compare it with the machines' deliveries")
+    args = ap.parse_args(argv)
+    if any(c != "off" for c in args.compiled.split(",")):
+        print(f"numba cache warm in {warm.warm():.1f} s")
+    table = packets(args.capture)
+    reference = None
+    same = True
+    for choice in args.compiled.split(","):
+        best_d = best_l = None
+        for _ in range(args.repeat):
+            root = tempfile.mkdtemp(prefix="bench-task-")
+            try:
+                d, events, tables = decode_stage(table, choice, root)
+                lc, life = lifecycle_stage(events, root)
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+            print(f"  compiled={choice}: decode + batches {d:.2f} CPU s, lifecycle {lc:.2f} CPU s", flush=True)
+            best_d = d if best_d is None else min(best_d, d)
+            best_l = lc if best_l is None else min(best_l, lc)
+        n = sum(b.num_rows for b in tables["frames"])
+        print(f"compiled={choice}: {n} frames; decode + batches {best_d:.2f} CPU s = {best_d / n * 1e6:.2f} us/frame; "
+              f"lifecycle {best_l:.2f} CPU s = {best_l / n * 1e6:.2f} us/frame (best of {args.repeat})", flush=True)
+        result = {name: _canonical(b) for name, b in tables.items()}
+        result.update({f"life:{k}": pa.Table.from_struct_array(pa.Table.from_batches(v).column(k).combine_chunks()) for k, v in life.items()})
+        if reference is None:
+            reference = result
+            if args.settle:
+                same = settle_figures(tables["frames"], life.get("delivery", []), args.repeat) and same
+            continue
+        for name, t in result.items():
+            ref = reference.get(name)
+            equal = ref is not None and ref.num_rows == t.num_rows and ref.equals(t)
+            if not equal and ref is not None and ref.num_rows == t.num_rows:  # the same rows in another order
+                equal = sorted(map(repr, ref.to_pylist())) == sorted(map(repr, t.to_pylist()))
+            same = same and equal
+            print(f"  {name}: {'same' if equal else 'DIFFERENT'} ({t.num_rows} rows)")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
