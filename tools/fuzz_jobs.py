@@ -78,6 +78,8 @@ POOLS = {"fast": {f: files[:2] for f, files in FAMILIES.items()} | {"logs": FAMI
 KEYLOGS = ("tls/tls12.keylog", "tls/tls13.keylog", "tls/tls12_chacha.keylog", "tls/tls13_pyamqp.keylog")
 BUG_REASONS = {"internal_error", "reader_error", "byte_accounting_mismatch"}
 PER_RUN = ("run_id", "path", "log_path")  # what names the run and where its copy lay, not the capture
+# a log's decoder_version fingerprints the captures in the lake it was joined with (ingest_logs._captures_hash)
+PER_LAKE_OF_LOGS = ("decoder_version",)
 SETTINGS = ("spark.master=local[2]", "spark.shuffle_partitions=2", "spark.ui_enabled=false", "spark.progress_bar=off")
 
 
@@ -183,7 +185,7 @@ def run_inputs(inputs: list[Input], work: pathlib.Path, run_id: str, summary: bo
     return out
 
 
-def tables(lake: str, ids: set[str]) -> dict[str, dict[str, list[str]]]:
+def tables(lake: str, ids: set[str], log_ids: frozenset[str] = frozenset()) -> dict[str, dict[str, list[str]]]:
     """table -> capture id (log id) -> its rows (without PER_RUN columns) as sorted reprs; delta-rs, no Spark."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -203,7 +205,8 @@ def tables(lake: str, ids: set[str]) -> dict[str, dict[str, list[str]]]:
         table = table.drop_columns([c for c in PER_RUN if c in table.column_names])
         rows: dict[str, list[str]] = {}
         for r in table.to_pylist():
-            rows.setdefault(r[key], []).append(repr(sorted(r.items())))
+            kept = {k: v for k, v in r.items() if not (r[key] in log_ids and k in PER_LAKE_OF_LOGS)}
+            rows.setdefault(r[key], []).append(repr(sorted(kept.items())))
         out[name] = {cid: sorted(v) for cid, v in rows.items()}
     return out
 
@@ -240,7 +243,7 @@ def check(inputs: list[Input], result: dict, clean_tables: dict | None) -> list[
     if clean_tables is not None:
         mutated = {i.original for i in inputs if i.field_class != "clean"}
         ids = {i.capture_id for i in inputs if i.field_class == "clean" and not set(LOG_CAPTURES.get(i.original, ())) & mutated}
-        mine = tables(result["lake"], ids)
+        mine = tables(result["lake"], ids, frozenset(i.capture_id for i in inputs if i.is_log))
         for table, theirs in clean_tables.items():
             for cid in sorted((set(theirs) | set(mine[table])) & ids):
                 if mine[table].get(cid) != theirs.get(cid):
@@ -257,7 +260,7 @@ def clean_reference(pool: str, work: pathlib.Path) -> tuple[list[Input], dict]:
     result = run_inputs(clean, work, "clean", summary=False, sets=("validate.enabled=false",))  # validate writes no row
     if result["code"] != 0:
         raise RuntimeError(f"the clean-only run exited {result['code']}: {result['stderr'][-4000:]}")
-    return clean, tables(result["lake"], {i.capture_id for i in clean})
+    return clean, tables(result["lake"], {i.capture_id for i in clean}, frozenset(i.capture_id for i in clean if i.is_log))
 
 
 def campaign(pool: str, seed: int, count: int, batch: int, out: pathlib.Path, only: set[int] | None = None,
