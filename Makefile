@@ -14,8 +14,12 @@ BENCH_SIZE_MB ?= 100
 BENCH_SIZES ?= 100,300,1000,2000
 BENCH_ARGS ?= --repeat 1
 DIST ?= dist
+# the job-level fuzz campaign (tools/fuzz_jobs.py): FUZZ_MUTANTS mutants of every fixture family, FUZZ_BATCH per run
+FUZZ_MUTANTS ?= 400
+FUZZ_BATCH ?= 50
+FUZZ_ARGS ?=
 
-.PHONY: demo test test-fast bench bench-tls dist docs clean java airflow
+.PHONY: demo test test-fast bench bench-tls fuzz dist docs clean java airflow
 
 java:
 	@command -v java >/dev/null 2>&1 || { echo "amqplens needs Java 17 for Spark: apt-get install -y openjdk-17-jre-headless (or set JAVA_HOME)"; exit 1; }
@@ -59,6 +63,11 @@ bench-tls: $(STAMP)
 
 docs: $(STAMP)
 	$(PY) -m tools.gen_table_docs
+
+# the whole `amqplens run` over seeded field-class mutants of every fixture family (make test runs a few of them:
+# tests/e2e/test_fuzz_jobs.py); FUZZ_ARGS e.g. "--seed 7 --skip-classes record_time_years --pool fast"
+fuzz: java $(STAMP)
+	$(PY) -m tools.fuzz_jobs --mutants $(FUZZ_MUTANTS) --batch $(FUZZ_BATCH) $(FUZZ_ARGS)
 
 dist: $(STAMP)
 	$(PY) -m pip wheel -q --no-deps -w $(DIST) .

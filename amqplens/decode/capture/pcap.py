@@ -50,14 +50,36 @@ class PcapFile:
             raise CaptureFormatError(f"unsupported pcap version {major}", offset=4)
         self.snaplen = snaplen
         self.linktype = linktype & 0xFFFF  # upper bits carry FCS information
-        self.max_caplen = snaplen if 0 < snaplen <= MAX_RECORD_LEN else MAX_RECORD_LEN
+        self.max_caplen = MAX_RECORD_LEN
         self.frac_limit = 1_000_000_000 if self.nanos else 1_000_000
         self.record = struct.Struct(endian + "IIII")
         self.buf, self.size = buf, size
+        if 0 < snaplen < MAX_RECORD_LEN and not self._first_record_beyond(snaplen):
+            self.max_caplen = snaplen
         self.ts_lo = self.ts_hi = None
         clock = self._file_clock()
         if clock is not None:
             self.ts_lo, self.ts_hi = clock - TS_BEFORE, clock + TS_AFTER
+
+    def _first_record_beyond(self, snaplen: int) -> bool:
+        """The file's first record is longer than the header's snaplen and it starts a chain of framed records: the
+        header's snaplen is wrong (a flipped bit, a tool that wrote it wrong), not the records, which libpcap and
+        Wireshark read whole; it must not make every record a corrupt header (seen: snaplen 1, the capture failed)."""
+        if FILE_HEADER_LEN + RECORD_HEADER_LEN > self.size:
+            return False
+        if self.record.unpack_from(self.buf, FILE_HEADER_LEN)[2] <= snaplen:
+            return False
+        pos = FILE_HEADER_LEN
+        for _ in range(CHAIN):
+            if pos == self.size:
+                return True
+            if pos + RECORD_HEADER_LEN > self.size:
+                return False
+            fields = self.record.unpack_from(self.buf, pos)
+            if not self.framed(*fields):
+                return False
+            pos += RECORD_HEADER_LEN + fields[2]
+        return pos <= self.size
 
     def _file_clock(self) -> int | None:
         seconds: list[int]
