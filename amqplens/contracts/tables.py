@@ -102,7 +102,7 @@ CAPTURES = Table(
         C("capture_errors", "int64", "container/link-layer problems (rows in decode_errors, stage capture)", False),
         C("first_ts", "timestamp", "first packet time (UTC)"),
         C("last_ts", "timestamp", "last packet time (UTC)"),
-        C("status", "string", "ok | partial (read with errors) | failed (nothing readable)", False, values=("ok", "partial", "failed")),
+        C("status", "string", "ok | partial (read with errors) | empty (well-formed headers and no packet, e.g. a quiet interval) | failed (nothing readable)", False, values=("ok", "partial", "empty", "failed")),
         C("error", "string", "the first problem, in words, when status is not ok"),
         C("run_id", "string", "run that wrote the row", False),
         C("decoder_version", "string", "amqplens version and config fingerprint the row was made with", False),
@@ -162,7 +162,7 @@ DECODE_ERRORS = Table(
     ),
     key=("error_id",),
     columns=(
-        C("error_id", "string", "blake2b of capture_id, connection_id, direction, stage, offset", False),
+        C("error_id", "string", "blake2b of capture_id, connection_id, direction, stage, offset, reason", False),
         CAPTURE_ID,
         CAPTURE_DATE,
         C("connection_id", "string", "null for capture-level problems"),
@@ -264,11 +264,11 @@ FRAMES = Table(
         C("sync", "bool", "0-10: the command's sync bit"),
         C("session_name", "string", "0-10: session.attach/attached/detach/detached name"),
         C("destination", "string", "0-10: message destination"),
-        C("accept_mode", "string", "0-10: explicit | none", values=("explicit", "none")),
-        C("acquire_mode", "string", "0-10: pre-acquired | not-acquired", values=("pre-acquired", "not-acquired")),
-        C("credit_unit", "string", "0-10: message.flow unit (message | byte)", values=("message", "byte")),
+        C("accept_mode", "string", "0-10: explicit | none", values=("explicit", "none"), peer=True),
+        C("acquire_mode", "string", "0-10: pre-acquired | not-acquired", values=("pre-acquired", "not-acquired"), peer=True),
+        C("credit_unit", "string", "0-10: message.flow unit (message | byte)", values=("message", "byte"), peer=True),
         C("credit_value", "int64", "0-10: message.flow value (4294967295 = unlimited)"),
-        C("flow_mode", "string", "0-10: credit | window", values=("credit", "window")),
+        C("flow_mode", "string", "0-10: credit | window", values=("credit", "window"), peer=True),
         C("transfers_json", "string", "0-10: transfer id ranges [[lo, hi], ...] of accept/reject/release/acquire"),
         C("commands_json", "string", "0-10: command id ranges of session.expected/confirmed/completed/known-completed/gap"),
         C("referenced_command_id", "int64", "0-10: the command an execution.result/exception refers to"),
@@ -410,7 +410,7 @@ BROKER_EVENTS = Table(
         C("line_count", "int32", "lines of the entry (a multi-line message is one event)", False),
         C("offset", "int64", "file offset of the entry's first byte", False),
         C("ts", "timestamp", "the log's time of the entry (UTC)"),
-        C("level", "string", "debug | info | notice | warning | error | critical | alert | emergency (four-letter forms spelled out)", values=("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")),
+        C("level", "string", "debug | info | notice | warning | error | critical | alert | emergency (four-letter forms spelled out)", values=("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"), peer=True),
         C("event", "string", (
             "connection_accepted | connection_named | connection_authenticated | connection_closed | "
             "connection_closed_abruptly | connection_closed_error | connection_error | channel_error | alarm_set | "
