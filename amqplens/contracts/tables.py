@@ -114,7 +114,7 @@ CONNECTIONS = Table(
     doc="One row per TCP connection kept by flow selection. Byte counts are TCP stream bytes unless named wire_.",
     key=("connection_id",),
     columns=(
-        C("connection_id", "string", "blake2b of capture_id, client and server endpoint and first packet time", False),
+        C("connection_id", "string", "blake2b of capture_id, client and server endpoint and first packet time (and, for the n-th later connection of the same endpoints that started at that same time, n)", False),
         CAPTURE_ID,
         CAPTURE_DATE,
         C("client_ip", "string", "client address (the SYN sender; see DESIGN.md for the fallbacks); '' when a log does not name it", False),

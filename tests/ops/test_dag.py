@@ -28,7 +28,7 @@ INTENDED = ["ingest-captures", "ingest-logs", "lifecycle", "metrics", "validate"
 DAY = "2026-11-21"
 CAPTURE = DATA / "logs" / "broker_logs.pcap"  # the log below was written by the broker of this capture
 LOG = DATA / "logs" / "rabbitmq_3_10.log"
-CHECK = "captures_failed"  # the last task: fails the day, after the report, when a capture failed
+LAST_TASK = "captures_failed"  # the last task: fails the day, after the report, when a capture failed
 
 
 def _dag_constant(name: str):
@@ -74,9 +74,9 @@ def test_dagbag_loads_the_chain_of_jobs(tmp_path):
     assert _dag_constant("JOB_CHAIN") == tuple(INTENDED)
     ids = [j.replace("-", "_") for j in INTENDED]
     tasks = got["tasks"]
-    assert sorted(tasks) == sorted([*ids, CHECK])
-    assert tasks[CHECK]["upstream"] == [ids[-1]] and tasks[CHECK]["downstream"] == []
-    for before, task, after in zip([None, *ids], ids, [*ids[1:], CHECK]):
+    assert sorted(tasks) == sorted([*ids, LAST_TASK])
+    assert tasks[LAST_TASK]["upstream"] == [ids[-1]] and tasks[LAST_TASK]["downstream"] == []
+    for before, task, after in zip([None, *ids], ids, [*ids[1:], LAST_TASK]):
         assert tasks[task]["upstream"] == ([before] if before else []), task
         assert tasks[task]["downstream"] == ([after] if after else []), task
         app = ROOT / "jobs" / f"{task}.py"
@@ -111,7 +111,7 @@ def test_dag_test_runs_every_job_on_the_days_folder(tmp_path, built_dist):
         AMQPLENS_INPUT_ROOT=str(tmp_path / "input"), AMQPLENS_LAKE=str(lake), AMQPLENS_REPORT_ROOT=str(reports),
         AMQPLENS_PY_FILES=str(built_dist / ZIP_NAME), AMQPLENS_SET="spark.shuffle_partitions=2 spark.ui_enabled=false")
     got = _airflow("test", tmp_path, env, DAY, timeout=900)
-    assert got["tasks"] == {**{j.replace("-", "_"): "success" for j in INTENDED}, CHECK: "success"}, got["log"]
+    assert got["tasks"] == {**{j.replace("-", "_"): "success" for j in INTENDED}, LAST_TASK: "success"}, got["log"]
     assert got["state"] == "success"
 
     captures = DeltaTable(str(lake / "captures")).to_pyarrow_table().to_pylist()
@@ -145,7 +145,7 @@ def test_a_day_with_one_bad_capture_runs_every_stage_and_fails_last(tmp_path, bu
         AMQPLENS_INPUT_ROOT=str(tmp_path / "input"), AMQPLENS_LAKE=str(lake), AMQPLENS_REPORT_ROOT=str(reports),
         AMQPLENS_PY_FILES=str(built_dist / ZIP_NAME), AMQPLENS_SET="spark.shuffle_partitions=2 spark.ui_enabled=false")
     got = _airflow("test", tmp_path, env, DAY, timeout=900)
-    assert got["tasks"] == {**{j.replace("-", "_"): "success" for j in INTENDED}, CHECK: "failed"}, got["log"]
+    assert got["tasks"] == {**{j.replace("-", "_"): "success" for j in INTENDED}, LAST_TASK: "failed"}, got["log"]
     assert got["state"] == "failed"
     assert (reports / DAY / "index.html").exists()  # written before the day failed
     captures = {c["path"].rsplit("/", 1)[1]: c["status"] for c in DeltaTable(str(lake / "captures")).to_pyarrow_table().to_pylist()}
