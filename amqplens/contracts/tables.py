@@ -350,7 +350,7 @@ FLOW_EVENTS = Table(
         C("channel", "int32", "channel (0-9-1) or session channel (1.0)"),
         C("consumer_tag", "string", "0-9-1 consumer"),
         C("link_handle", "int64", "1.0 link handle (receiver side numbering)"),
-        C("event", "string", "qos | deliver | settle | flow | blocked | unblocked | credit | transfer | window | close", False, values=("qos", "deliver", "settle", "flow", "blocked", "unblocked", "credit", "transfer", "window", "close")),
+        C("event", "string", "qos | deliver | settle | flow | blocked | unblocked | credit | transfer | window | close; 0-10 also stop (message.stop), flush (message.flush) and completed (window-mode credit back)", False, values=("qos", "deliver", "settle", "flow", "blocked", "unblocked", "credit", "transfer", "window", "close", "stop", "flush", "completed")),
         C("prefetch_count", "int64", "0-9-1 prefetch in force (0 = unlimited)"),
         C("in_flight", "int64", "0-9-1 delivered but unsettled on the channel/consumer"),
         C("at_limit", "bool", "in_flight >= prefetch_count > 0, or 1.0 link credit = 0"),
