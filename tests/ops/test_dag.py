@@ -93,6 +93,17 @@ def test_dagbag_loads_the_chain_of_jobs(tmp_path):
     assert got["schedule"] == ["@daily", "CronTriggerTimetable"] and got["max_active_runs"] == 1
 
 
+def _dag_test_day(tmp_path, built_dist) -> tuple[dict, object, object]:
+    """``dag.test()`` of DAY over ``tmp_path/input`` with spark-submit --master local[2]: (result, lake, report root)."""
+    lake, reports = tmp_path / "lake", tmp_path / "report"
+    env = spark_env(
+        PATH=f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",  # spark-submit, as on an Airflow worker
+        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        AMQPLENS_INPUT_ROOT=str(tmp_path / "input"), AMQPLENS_LAKE=str(lake), AMQPLENS_REPORT_ROOT=str(reports),
+        AMQPLENS_PY_FILES=str(built_dist / ZIP_NAME), AMQPLENS_SET="spark.shuffle_partitions=2 spark.ui_enabled=false")
+    return _airflow("test", tmp_path, env, DAY, timeout=900), lake, reports
+
+
 @pytest.mark.e2e
 @pytest.mark.tshark
 def test_dag_test_runs_every_job_on_the_days_folder(tmp_path, built_dist):
@@ -104,13 +115,7 @@ def test_dag_test_runs_every_job_on_the_days_folder(tmp_path, built_dist):
     other_day = tmp_path / "input" / "2026-11-20" / "captures"  # must not be read by the run of DAY
     other_day.mkdir(parents=True)
     shutil.copy(DATA / "broker" / "tx.pcap", other_day)
-    lake, reports = tmp_path / "lake", tmp_path / "report"
-    env = spark_env(
-        PATH=f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",  # spark-submit, as on an Airflow worker
-        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        AMQPLENS_INPUT_ROOT=str(tmp_path / "input"), AMQPLENS_LAKE=str(lake), AMQPLENS_REPORT_ROOT=str(reports),
-        AMQPLENS_PY_FILES=str(built_dist / ZIP_NAME), AMQPLENS_SET="spark.shuffle_partitions=2 spark.ui_enabled=false")
-    got = _airflow("test", tmp_path, env, DAY, timeout=900)
+    got, lake, reports = _dag_test_day(tmp_path, built_dist)
     assert got["tasks"] == {**{j.replace("-", "_"): "success" for j in INTENDED}, LAST_TASK: "success"}, got["log"]
     assert got["state"] == "success"
 
@@ -139,13 +144,7 @@ def test_a_day_with_one_bad_capture_runs_every_stage_and_fails_last(tmp_path, bu
     shutil.copy(good, day / "captures")
     (day / "captures" / "not_a_capture.pcap").write_text("this is a text file, not a capture\n" * 8)
     shutil.copy(LOG, day / "logs")  # a day folder with no log at all is a usage error of ingest-logs (exit 2)
-    lake, reports = tmp_path / "lake", tmp_path / "report"
-    env = spark_env(
-        PATH=f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
-        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        AMQPLENS_INPUT_ROOT=str(tmp_path / "input"), AMQPLENS_LAKE=str(lake), AMQPLENS_REPORT_ROOT=str(reports),
-        AMQPLENS_PY_FILES=str(built_dist / ZIP_NAME), AMQPLENS_SET="spark.shuffle_partitions=2 spark.ui_enabled=false")
-    got = _airflow("test", tmp_path, env, DAY, timeout=900)
+    got, lake, reports = _dag_test_day(tmp_path, built_dist)
     assert got["tasks"] == {**{j.replace("-", "_"): "success" for j in INTENDED}, LAST_TASK: "failed"}, got["log"]
     assert got["state"] == "failed"
     assert (reports / DAY / "index.html").exists()  # written before the day failed
