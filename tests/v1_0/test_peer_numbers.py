@@ -40,3 +40,25 @@ def test_a_negative_idle_time_out_is_not_a_connection_limit(tmp_path):
     assert conn.facts["client_idle_timeout_ms"] is None  # the client's open has none (its bytes above: no 0x70 after 0x7fff)
     opened = next(f for f in conn.frames if f["performative"] == "open" and f["direction"] == "to_client")
     assert json.loads(opened["arguments_json"])["idle_time_out"] == -1
+
+
+def test_a_negative_priority_is_not_a_delivery_priority(tmp_path):
+    """The conversation's messages carry header priority ubyte 4 (0x50 04); here the first one says byte -1 (0x51 ff)."""
+    from amqplens.lifecycle import LifecycleRunner
+    from tests.lifecycle.captures import frames_of
+    from tests.v1_0 import encoder as E
+    from tests.v1_0.conversation import conversation
+    from tests.v1_0.pcap_writer import connection_pcap
+
+    c2s, s2c = conversation()
+    header = E.section("header", E.lst(E.boolean(True), (0x50, 4)))
+    c2s = c2s.replace(header, E.section("header", E.lst(E.boolean(True), (0x51, -1))), 1)
+    path = tmp_path / "priority.pcap"
+    path.write_bytes(connection_pcap([("to_server", c2s), ("to_client", s2c)]))
+    runner = LifecycleRunner()
+    runner.feed(frames_of(str(path)))
+    runner.finish()
+    by_id = {d["message_id"]: d for d in runner.drain_deliveries() if d["message_id"]}
+    assert by_id["m1"]["priority"] is None  # the first message (message_id m1): not -1
+    assert json.loads(by_id["m1"]["properties_json"])["header"]["priority"] == -1  # as sent
+    assert by_id["big"]["priority"] == 4  # the next keeps the 4 it was sent with
