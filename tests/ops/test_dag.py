@@ -101,7 +101,8 @@ def _dag_test_day(tmp_path, built_dist) -> tuple[dict, object, object]:
         AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[2]"}),
         AMQPLENS_INPUT_ROOT=str(tmp_path / "input"), AMQPLENS_LAKE=str(lake), AMQPLENS_REPORT_ROOT=str(reports),
         AMQPLENS_PY_FILES=str(built_dist / ZIP_NAME), AMQPLENS_SET="spark.shuffle_partitions=2 spark.ui_enabled=false")
-    return _airflow("test", tmp_path, env, DAY, timeout=900), lake, reports
+    # seven tasks, six of them a spark-submit each: minutes on a loaded machine
+    return _airflow("test", tmp_path, env, DAY, timeout=1800), lake, reports
 
 
 @pytest.mark.e2e
