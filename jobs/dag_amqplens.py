@@ -31,6 +31,7 @@ from __future__ import annotations
 import datetime
 import os
 import pathlib
+import re
 import shlex
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -86,10 +87,11 @@ class AmqplensSubmit(SparkSubmitOperator):
         except AirflowException as exc:
             if not (self.soft_exit_3 and f"Error code is: {CAPTURES_FAILED}." in str(exc)):
                 raise
-            said = str(exc).split("Last spark-submit output:", 1)[-1].splitlines()
+            # the hook keeps the job's last output lines, stripped: the summary, then "<capture id[:12]>  <path>: <error>"
+            said = [line.strip() for line in str(exc).split("Last spark-submit output:", 1)[-1].splitlines()]
             start = next((i for i, line in enumerate(said) if "capture(s) failed" in line), None)
-            named = [] if start is None else [said[start].strip()] + [
-                line.strip() for line in said[start + 1:] if line.startswith("  ")]
+            named = [] if start is None else [said[start]] + [
+                line for line in said[start + 1:] if re.match(r"[0-9a-f]{12}  \S", line)]
             failed = named or [f"{self.task_id} exited {CAPTURES_FAILED} (some captures failed): see its log"]
             self.log.warning("some captures failed; the later stages run for the others:\n%s", "\n".join(failed))
             context["ti"].xcom_push(key="failed_captures", value=failed)
