@@ -31,10 +31,13 @@ from __future__ import annotations
 import datetime
 import os
 import pathlib
+import re
 import shlex
 
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param, chain
+from airflow.providers.standard.operators.python import PythonOperator
 
 # The stages in the order they run (amqplens/stages.py CHAIN: this file imports only Airflow, so it keeps a copy,
 # which tests/unit/test_layout.py holds to the registry); each is jobs/<name with _>.py and `amqplens <name>`.
@@ -62,6 +65,47 @@ def job_arguments(job: str) -> list[str]:
     return own.get(job, []) + ["--lake", "{{ params.lake }}", "--run-id", RUN_ID, *_config_arguments()]
 
 
+# amqplens's exit status "completed, but some captures failed" (amqplens/cli.py): the job wrote every other capture
+CAPTURES_FAILED = 3
+# the jobs whose exit 3 is a soft outcome: the later stages run for what they wrote, the last task fails the day
+INGEST_JOBS = ("ingest-captures", "ingest-logs")
+CHECK_TASK = "captures_failed"
+
+
+class AmqplensSubmit(SparkSubmitOperator):
+    """One amqplens job. With ``soft_exit_3``, exit 3 (some captures failed, the others written) ends the task as a
+    success and hands the lines of the job's own summary (``amqplens: completed, N capture(s) failed:`` and one line
+    per capture) to the last task by XCom, so that one bad capture does not hold back the day's other captures."""
+
+    def __init__(self, *, soft_exit_3: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.soft_exit_3 = soft_exit_3
+
+    def execute(self, context):
+        try:
+            super().execute(context)
+        except AirflowException as exc:
+            if not (self.soft_exit_3 and f"Error code is: {CAPTURES_FAILED}." in str(exc)):
+                raise
+            # the hook keeps the job's last output lines, stripped: the summary, then "<capture id[:12]>  <path>: <error>"
+            said = [line.strip() for line in str(exc).split("Last spark-submit output:", 1)[-1].splitlines()]
+            start = next((i for i, line in enumerate(said) if "capture(s) failed" in line), None)
+            named = [] if start is None else [said[start]] + [
+                line for line in said[start + 1:] if re.match(r"[0-9a-f]{12}  \S", line)]
+            failed = named or [f"{self.task_id} exited {CAPTURES_FAILED} (some captures failed): see its log"]
+            self.log.warning("some captures failed; the later stages run for the others:\n%s", "\n".join(failed))
+            context["ti"].xcom_push(key="failed_captures", value=failed)
+
+
+def fail_if_captures_failed(ti=None, **_) -> None:
+    """The day's last task: after the report is written, fail visibly when an ingest task reported failed captures."""
+    failed = [line for job in INGEST_JOBS
+              for line in ti.xcom_pull(task_ids=job.replace("-", "_"), key="failed_captures") or []]
+    if failed:
+        raise AirflowFailException("captures failed (the other captures' tables and the report are written):\n"
+                                   + "\n".join(failed))
+
+
 def job_application(job: str) -> str:
     return str(pathlib.Path(os.environ.get("AMQPLENS_JOBS_DIR", _HERE)) / f"{job.replace('-', '_')}.py")
 
@@ -87,8 +131,9 @@ with DAG(
     tags=["amqplens"],
 ) as dag:
     chain(*[
-        SparkSubmitOperator(
+        AmqplensSubmit(
             task_id=job.replace("-", "_"),
+            soft_exit_3=job in INGEST_JOBS,
             name=f"amqplens-{job}-{{{{ ds }}}}",
             conn_id=os.environ.get("AMQPLENS_SPARK_CONN", "spark_default"),
             application=job_application(job),
@@ -98,4 +143,4 @@ with DAG(
             conf={"spark.python.sql.dataFrameDebugging.enabled": "false"},
         )
         for job in JOB_CHAIN
-    ])
+    ], PythonOperator(task_id=CHECK_TASK, python_callable=fail_if_captures_failed, retries=0))

@@ -39,6 +39,9 @@ class Column:
     # the closed set of values the column takes (empty: open), the one list the docs, the expectation suites
     # (expectations.ENUMS) and the tests of the code that writes the column read
     values: tuple = ()
+    # the value is read off the wire or out of a log as it came, a number the spec gives no name kept as read:
+    # ``values`` are the ones the spec names, and a value outside them is what a peer sent (its check an observation)
+    peer: bool = False
 
     def __post_init__(self):
         if self.type not in _TYPES:
@@ -111,6 +114,8 @@ class Table:
         out += ["", "| column | type | null | meaning |", "| --- | --- | --- | --- |"]
         for c in self.columns:
             values = f" Values: {', '.join(f'`{v}`' for v in c.values)}." if c.values else ""
+            if c.peer:
+                values += " Read as sent: a value the spec does not name is kept as read (a warning, not a failure)."
             out.append(f"| `{c.name}` | {c.type} | {'yes' if c.nullable else 'no'} | {c.doc}{values} |")
         return "\n".join(out) + "\n"
 

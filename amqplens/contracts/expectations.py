@@ -60,6 +60,12 @@ OBSERVATIONS = {
     "frames.decode_error_share": "frames a peer sent whose content does not decode",
     "connections.codec_error_share": "bytes on an AMQP port that do not frame as AMQP (garbage, another protocol)",
 }
+# A closed value list of a column read as sent (Column.peer: 0-10 accept/acquire/flow modes and credit units, a log's
+# level) judges the peer: a damaged message.subscribe with acquire-mode 255 keeps "255".
+OBSERVATIONS.update({
+    f"{t.name}.enum.{c.name}": "a value read off the wire or out of a log that the spec does not name, kept as read"
+    for t in ALL_TABLES.values() for c in t.columns if c.peer and c.values
+})
 INVARIANT, OBSERVATION = "invariant", "observation"
 # flow_events.reason names an anomaly except on these events (event -> the reasons that are not, None: any): a
 # connection.blocked reason (the broker's text), the 0-10 flow mode of message.set-flow-mode

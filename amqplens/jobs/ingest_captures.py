@@ -472,13 +472,15 @@ def _capture_row(f: CaptureFile, stats, date: dt.date, counts: CaptureCounts, sp
     fmt = stats.format if stats and stats.format else (_sniffed(f.path) or "unknown")
     records = stats.records if stats else 0
     n_errors = counts.capture_errors
-    if records == 0 and (n_errors or f.size > 0):
+    if records == 0 and not n_errors and f.size > 0 and fmt in ("pcap", "pcapng"):
+        status = "empty"  # its headers read cleanly and hold no packet (a quiet interval): a result, not a failure
+    elif records == 0 and (n_errors or f.size > 0):
         status = "failed"
     elif n_errors:
         status = "partial"
     else:
         status = "ok"
-    error = counts.first_error if status != "ok" else None
+    error = counts.first_error if status not in ("ok", "empty") else None
     if status == "failed" and not error:
         error = "no packet records could be read"
     if f.size == 0:

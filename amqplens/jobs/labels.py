@@ -77,7 +77,7 @@ def _label(F):
             .when(kind == "channel", ch)
             .when(kind == "session", F.concat(conn, F.lit(" session ch "), F.col("channel").cast("string")))
             .when(kind == "consumer", F.concat(ch, F.lit(" consumer "), F.col("_tail"), queue))
-            .when(kind == "link", F.concat_ws(" ", ch, F.lit("link"), F.when(link != "", link)))  # 0-10: no handle
+            .when(kind == "link", F.concat_ws(" ", ch, F.lit("link"), F.when(link != "", link)))  # 0-10: "destination D"
             .when(kind == "exchange", F.concat(F.lit("exchange "), F.col("entity")))
             .otherwise(F.concat(kind, F.lit(" "), F.col("entity"))))  # queue, address
 

@@ -76,7 +76,10 @@ def _text(v):
 
 
 def _int(v):
-    return v if type(v) is int else None
+    """delivery-mode, priority, delivery-count: unsigned in every dialect's spec, into int32 columns. A 1.0 peer may
+    encode them in any type (a byte -1, a ulong 2^40): out of that range the column stays null, not a negative
+    value that deliveries.non_negative (our invariant) judges nor one the column cannot hold."""
+    return v if type(v) is int and 0 <= v < 1 << 31 else None
 
 
 def properties_0_9_1(props: dict) -> tuple:

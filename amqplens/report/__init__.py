@@ -137,8 +137,7 @@ def _figures(conf, q: dict, conns, blocked, errs, events, alarms, out_dir: pathl
     """
     n, points = conf["report.busiest"], conf["report.max_points"]
     stats, inflight, credit, outcomes, labels = (q[k] for k in ("stats", "inflight", "credit", "outcomes", "labels"))
-    chan = lambda r: f"{r.connection_id}/{r.channel}"  # noqa: E731  (metrics_flow's entity names)
-    link = lambda r: f"{r.connection_id}/{r.channel}/handle {int(r.link_handle)}"  # noqa: E731
+    chan, link = plots.channel_entity, plots.link_entity  # metrics_flow's entity names
     spans = plots.blocked_spans(blocked, conns)
     href = lambda cid: f"connections/{pages.page_name(cid)}" if cid in paged(conns) else None  # noqa: E731
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="amqplens-draw") as draw:

@@ -20,10 +20,10 @@ def page_name(connection_id: str) -> str:
 
 def _row_key(r) -> str:
     """The timeline row a lifecycle frame belongs to: the connection, a channel/session, or a link."""
-    if r.performative in ("attach", "detach") and not pd.isna(r.handle):
-        return f"ch {int(r.channel)} handle {int(r.handle)}"
     if r.class_name == "connection" or r.performative in ("open", "close") or pd.isna(r.channel):
         return "connection"
+    if r.performative in ("attach", "detach") and not pd.isna(r.handle):
+        return f"ch {int(r.channel)} handle {int(r.handle)}"
     return f"ch {int(r.channel)}"
 
 

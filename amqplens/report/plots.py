@@ -101,6 +101,25 @@ def latency_box(stats: pd.DataFrame) -> dict:
                   xaxis=dict(**LOG_TICKS, title=dict(text="milliseconds (log scale)")))
 
 
+def _whole(v) -> str | None:
+    """An integer column's value as text, None when null (a pandas int column with a null holds floats and NaN)."""
+    return None if v is None or pd.isna(v) else str(int(v))
+
+
+def channel_entity(r) -> str:
+    """metrics_flow's entity name of a flow_events row of entity channel: connection_id/channel (amqplens/jobs/metrics/flow.py)."""
+    return "/".join(p for p in (r.connection_id, _whole(r.channel)) if p is not None)
+
+
+def link_entity(r) -> str:
+    """metrics_flow's entity name of a link's flow_events row: connection_id/channel/handle N (1.0), or
+    connection_id/channel/destination D (0-10: no link handle; the destination is in consumer_tag)."""
+    handle = _whole(r.link_handle)
+    tail = f"handle {handle}" if handle is not None else (
+        f"destination {r.consumer_tag}" if isinstance(r.consumer_tag, str) else None)
+    return "/".join(p for p in (r.connection_id, _whole(r.channel), tail) if p is not None)
+
+
 def step_series(pdf: pd.DataFrame, labels: dict, key, value: str, title: str, ytitle: str, limit: str | None = None,
                 log: bool = False) -> dict:
     """``value`` over time as steps, one trace per entity (``key(row) -> entity``), dashed ``limit`` beside it."""

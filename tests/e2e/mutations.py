@@ -777,3 +777,29 @@ FIELD_CLASSES = {
     "log_field": (m_log_field, ("logs",)),
     "log_truncation": (m_log_truncation, ("logs",)),
 }
+
+
+# ----------------------------------------------------------------- issue 38's cases (tests/e2e/test_every_stage.py)
+def epb_interface_and_time(data: bytes, index: int, iface_id: int, units: int) -> bytes:
+    """EPB ``index`` naming interface ``iface_id`` (the EPB's first field) at time ``units``: one record wrong twice."""
+    pos = epb_offsets(data)[index]
+    return pcap_header(epb_time(data, index, units), pos + 8, "I", iface_id)
+
+
+def empty_pcapng(linktype: int = 1) -> bytes:
+    """A well-formed pcapng with no packets: a section header block (byte-order magic 0x1A2B3C4D, version 1.0, section
+    length -1 = unknown) and one interface description block (link type, snaplen 262144), no options."""
+    shb = struct.pack("<IIIHHq", 0x0A0D0D0A, 28, 0x1A2B3C4D, 1, 0, -1) + struct.pack("<I", 28)
+    idb = struct.pack("<IIHHI", 1, 20, linktype, 0, 262144) + struct.pack("<I", 20)
+    return shb + idb
+
+
+def empty_pcap(linktype: int = 1) -> bytes:
+    """A libpcap file with its global header only (magic a1b2c3d4, version 2.4, snaplen 65535) and no record."""
+    return struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, linktype)
+
+
+def replaced_once(data: bytes, old: bytes, new: bytes) -> bytes:
+    """``data`` with the one occurrence of ``old`` replaced by ``new`` (same length: lengths and offsets stay)."""
+    assert len(old) == len(new) and data.count(old) == 1, "expected exactly one occurrence"
+    return data.replace(old, new)

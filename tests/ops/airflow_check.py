@@ -30,9 +30,9 @@ def graph(dag_file: str) -> dict:
             "upstream": sorted(t.upstream_task_ids),
             "downstream": sorted(t.downstream_task_ids),
             "retries": t.retries,
-            "application": t.application,
-            "py_files": t.py_files,
-            "application_args": t.application_args,
+            "application": getattr(t, "application", None),
+            "py_files": getattr(t, "py_files", None),
+            "application_args": getattr(t, "application_args", None),
         }
         for t in dag.tasks
     }

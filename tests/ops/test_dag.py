@@ -28,6 +28,7 @@ INTENDED = ["ingest-captures", "ingest-logs", "lifecycle", "metrics", "validate"
 DAY = "2026-11-21"
 CAPTURE = DATA / "logs" / "broker_logs.pcap"  # the log below was written by the broker of this capture
 LOG = DATA / "logs" / "rabbitmq_3_10.log"
+LAST_TASK = "captures_failed"  # the last task: fails the day, after the report, when a capture failed
 
 
 def _dag_constant(name: str):
@@ -73,8 +74,9 @@ def test_dagbag_loads_the_chain_of_jobs(tmp_path):
     assert _dag_constant("JOB_CHAIN") == tuple(INTENDED)
     ids = [j.replace("-", "_") for j in INTENDED]
     tasks = got["tasks"]
-    assert sorted(tasks) == sorted(ids)
-    for before, task, after in zip([None, *ids], ids, [*ids[1:], None]):
+    assert sorted(tasks) == sorted([*ids, LAST_TASK])
+    assert tasks[LAST_TASK]["upstream"] == [ids[-1]] and tasks[LAST_TASK]["downstream"] == []
+    for before, task, after in zip([None, *ids], ids, [*ids[1:], LAST_TASK]):
         assert tasks[task]["upstream"] == ([before] if before else []), task
         assert tasks[task]["downstream"] == ([after] if after else []), task
         app = ROOT / "jobs" / f"{task}.py"
@@ -91,6 +93,18 @@ def test_dagbag_loads_the_chain_of_jobs(tmp_path):
     assert got["schedule"] == ["@daily", "CronTriggerTimetable"] and got["max_active_runs"] == 1
 
 
+def _dag_test_day(tmp_path, built_dist) -> tuple[dict, object, object]:
+    """``dag.test()`` of DAY over ``tmp_path/input`` with spark-submit --master local[2]: (result, lake, report root)."""
+    lake, reports = tmp_path / "lake", tmp_path / "report"
+    env = spark_env(
+        PATH=f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",  # spark-submit, as on an Airflow worker
+        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        AMQPLENS_INPUT_ROOT=str(tmp_path / "input"), AMQPLENS_LAKE=str(lake), AMQPLENS_REPORT_ROOT=str(reports),
+        AMQPLENS_PY_FILES=str(built_dist / ZIP_NAME), AMQPLENS_SET="spark.shuffle_partitions=2 spark.ui_enabled=false")
+    # seven tasks, six of them a spark-submit each: minutes on a loaded machine
+    return _airflow("test", tmp_path, env, DAY, timeout=1800), lake, reports
+
+
 @pytest.mark.e2e
 @pytest.mark.tshark
 def test_dag_test_runs_every_job_on_the_days_folder(tmp_path, built_dist):
@@ -102,14 +116,8 @@ def test_dag_test_runs_every_job_on_the_days_folder(tmp_path, built_dist):
     other_day = tmp_path / "input" / "2026-11-20" / "captures"  # must not be read by the run of DAY
     other_day.mkdir(parents=True)
     shutil.copy(DATA / "broker" / "tx.pcap", other_day)
-    lake, reports = tmp_path / "lake", tmp_path / "report"
-    env = spark_env(
-        PATH=f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",  # spark-submit, as on an Airflow worker
-        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        AMQPLENS_INPUT_ROOT=str(tmp_path / "input"), AMQPLENS_LAKE=str(lake), AMQPLENS_REPORT_ROOT=str(reports),
-        AMQPLENS_PY_FILES=str(built_dist / ZIP_NAME), AMQPLENS_SET="spark.shuffle_partitions=2 spark.ui_enabled=false")
-    got = _airflow("test", tmp_path, env, DAY, timeout=900)
-    assert got["tasks"] == {j.replace("-", "_"): "success" for j in INTENDED}, got["log"]
+    got, lake, reports = _dag_test_day(tmp_path, built_dist)
+    assert got["tasks"] == {**{j.replace("-", "_"): "success" for j in INTENDED}, LAST_TASK: "success"}, got["log"]
     assert got["state"] == "success"
 
     captures = DeltaTable(str(lake / "captures")).to_pyarrow_table().to_pylist()
@@ -123,3 +131,29 @@ def test_dag_test_runs_every_job_on_the_days_folder(tmp_path, built_dist):
         assert DeltaTable(str(lake / table)).to_pyarrow_table().num_rows > 0, table
     assert (reports / DAY / "index.html").exists()
     assert json.loads((lake / "_quality" / "runs" / f"airflow-{DAY}.json").read_text())["run_id"] == f"airflow-{DAY}"
+
+
+@pytest.mark.e2e
+@pytest.mark.tshark
+def test_a_day_with_one_bad_capture_runs_every_stage_and_fails_last(tmp_path, built_dist):
+    """Bad input tried: a text file among the day's captures. Its ingest exits 3 (amqplens/cli.py); the later stages
+    run for the good capture, the report is written, and only then the last task fails, naming the bad file."""
+    day = tmp_path / "input" / DAY
+    (day / "captures").mkdir(parents=True)
+    (day / "logs").mkdir()
+    good = DATA / "broker" / "tx.pcap"
+    shutil.copy(good, day / "captures")
+    (day / "captures" / "not_a_capture.pcap").write_text("this is a text file, not a capture\n" * 8)
+    shutil.copy(LOG, day / "logs")  # a day folder with no log at all is a usage error of ingest-logs (exit 2)
+    got, lake, reports = _dag_test_day(tmp_path, built_dist)
+    assert got["tasks"] == {**{j.replace("-", "_"): "success" for j in INTENDED}, LAST_TASK: "failed"}, got["log"]
+    assert got["state"] == "failed"
+    assert (reports / DAY / "index.html").exists()  # written before the day failed
+    captures = {c["path"].rsplit("/", 1)[1]: c["status"] for c in DeltaTable(str(lake / "captures")).to_pyarrow_table().to_pylist()}
+    assert (captures["tx.pcap"], captures["not_a_capture.pcap"]) == ("ok", "failed")
+    conns = DeltaTable(str(lake / "connections")).to_pyarrow_table().to_pylist()
+    expected = [c for c in tshark_conversations(good) if 5672 in (c["port_a"], c["port_b"])]
+    assert len([c for c in conns if c["source"] == "capture"]) == len(expected) > 0  # the good capture went through every stage
+    assert DeltaTable(str(lake / "metrics_latency")).to_pyarrow_table().num_rows > 0
+    failure = got["log"].split("captures failed (the other captures", 1)
+    assert len(failure) == 2 and "not_a_capture.pcap" in failure[1]

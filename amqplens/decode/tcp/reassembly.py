@@ -49,11 +49,13 @@ _Held = tuple[HalfStream, int, int, Any, "str | None"]
 
 
 def connection_id(
-    capture_id: str, client_ip: str, client_port: int, server_ip: str, server_port: int, start_ts_us: int
+    capture_id: str, client_ip: str, client_port: int, server_ip: str, server_port: int, start_ts_us: int, reuse: int = 0
 ) -> str:
     """32 hex digits: blake2b, 16-byte digest, of the UTF-8 text
-    ``capture_id|client_ip|client_port|server_ip|server_port|start_ts_us``."""
-    key = f"{capture_id}|{client_ip}|{client_port}|{server_ip}|{server_port}|{start_ts_us}"
+    ``capture_id|client_ip|client_port|server_ip|server_port|start_ts_us``, and ``|reuse`` when ``reuse`` > 0: the
+    n-th earlier connection of the same flow that started at the same time (port reuse under a clock that did not
+    move, as a capture with frozen or damaged times has), which would otherwise share its id."""
+    key = f"{capture_id}|{client_ip}|{client_port}|{server_ip}|{server_port}|{start_ts_us}" + (f"|{reuse}" if reuse else "")
     return hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
 
 
@@ -133,6 +135,8 @@ class TcpReassembler:
         self._a_port = self._b_port = -1
         self._ip_version = 0
         self._flow_skip = False  # no configured port and no sniffing: nothing to keep
+        # connection ids given in this flow -> how many connections took it (<= the flow's connections)
+        self._flow_ids: dict[str, int] = {}
 
     # -- the public surface -----------------------------------------------
 
@@ -199,6 +203,7 @@ class TcpReassembler:
     def _start_flow(self, fk: int, ipv: int, sip: str, sp: int, dip: str, dp: int, ts: int, fl: int) -> None:
         self._finish_flow()
         self._flow_key = fk
+        self._flow_ids = {}
         self._a_ip, self._a_port, self._b_ip, self._b_port = sip, sp, dip, dp
         self._ip_version = ipv
         self._flow_skip = not self.sniff and sp not in self.ports and dp not in self.ports
@@ -376,9 +381,11 @@ class TcpReassembler:
         conn.decided = True
         conn.selected_by = selected_by
         client_ip, client_port, server_ip, server_port = self._endpoints(conn)
-        conn.connection_id = connection_id(
-            self.capture_id, client_ip, client_port, server_ip, server_port, conn.start_ts
-        )
+        ends = (self.capture_id, client_ip, client_port, server_ip, server_port, conn.start_ts)
+        first = connection_id(*ends)
+        reuse = self._flow_ids.get(first, 0)  # packets come in flow, time, file order: the same n on every run
+        self._flow_ids[first] = reuse + 1
+        conn.connection_id = connection_id(*ends, reuse=reuse)
         consumer = None
         if self.consumer_factory is not None:
             info = ConnectionInfo(

@@ -66,8 +66,11 @@ def _text(value) -> str | None:
     return None
 
 
-def _uint(value) -> int | None:
-    return value if type(value) is int else None
+def _uint(value, bits: int = 32) -> int | None:
+    """A field the spec types unsigned of ``bits`` bits; a peer's value outside that (a negative int, a ulong where a
+    ushort belongs) is left out, as it was sent it stays in the open frame's arguments_json (the connections columns
+    are counts and limits that connections.non_negative, our invariant, checks)."""
+    return value if type(value) is int and 0 <= value < 1 << bits else None
 
 
 def _symbols(value) -> str | None:
@@ -109,7 +112,7 @@ class ConnectionFacts:
         f[f"{side}_container_id"] = _text(args.get("container_id"))
         f[f"{side}_hostname"] = _text(args.get("hostname"))
         f[f"{side}_max_frame_size"] = _uint(args.get("max_frame_size"))
-        f[f"{side}_channel_max"] = _uint(args.get("channel_max"))
+        f[f"{side}_channel_max"] = _uint(args.get("channel_max"), 16)
         f[f"{side}_idle_timeout_ms"] = _uint(args.get("idle_time_out"))
         f[f"{side}_offered_capabilities_json"] = _symbols(args.get("offered_capabilities"))
         f[f"{side}_desired_capabilities_json"] = _symbols(args.get("desired_capabilities"))

@@ -56,8 +56,11 @@ FRAME_TEMPLATE = dict.fromkeys(FRAME_KEYS_1_0)
 INT64_MAX = (1 << 63) - 1
 
 
-def _int(v):
-    return v if type(v) is int and -INT64_MAX - 1 <= v <= INT64_MAX else None
+def _uint(v):
+    """A field the spec types unsigned (handle, uint, delivery-number, sequence-no, ...): a peer that encodes it as a
+    signed type with a value below 0 breaks the spec; the column stays null (not a negative number that
+    frames.non_negative, our invariant, would judge) and the value as sent stays in arguments_json."""
+    return v if type(v) is int and 0 <= v <= INT64_MAX else None
 
 
 def _bool(v):
@@ -82,29 +85,29 @@ def _choice(table):
 
 # performative field -> (frame column, conversion)
 PROMOTED = {
-    "handle": ("handle", _int),
+    "handle": ("handle", _uint),
     "role": ("role", _choice(ROLE)),
     "name": ("link_name", _text),
-    "delivery_id": ("delivery_id", _int),
+    "delivery_id": ("delivery_id", _uint),
     "delivery_tag": ("delivery_tag_bin", _binary),
     "settled": ("settled", _bool),
     "more": ("more", _bool),
     "aborted": ("aborted", _bool),
     "rcv_settle_mode": ("rcv_settle_mode", _choice(RCV_SETTLE_MODE)),
     "snd_settle_mode": ("snd_settle_mode", _choice(SND_SETTLE_MODE)),
-    "message_format": ("message_format", _int),
-    "link_credit": ("link_credit", _int),
-    "delivery_count": ("delivery_count", _int),
-    "initial_delivery_count": ("delivery_count", _int),
-    "available": ("available", _int),
+    "message_format": ("message_format", _uint),
+    "link_credit": ("link_credit", _uint),
+    "delivery_count": ("delivery_count", _uint),
+    "initial_delivery_count": ("delivery_count", _uint),
+    "available": ("available", _uint),
     "drain": ("drain", _bool),
     "echo": ("echo", _bool),
-    "next_incoming_id": ("next_incoming_id", _int),
-    "incoming_window": ("incoming_window", _int),
-    "next_outgoing_id": ("next_outgoing_id", _int),
-    "outgoing_window": ("outgoing_window", _int),
-    "first": ("first", _int),
-    "last": ("last", _int),
+    "next_incoming_id": ("next_incoming_id", _uint),
+    "incoming_window": ("incoming_window", _uint),
+    "next_outgoing_id": ("next_outgoing_id", _uint),
+    "outgoing_window": ("outgoing_window", _uint),
+    "first": ("first", _uint),
+    "last": ("last", _uint),
 }
 
 

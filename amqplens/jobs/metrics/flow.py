@@ -32,7 +32,11 @@ def _intervals(flow_events, connections, frames):
     c, ch = F.col("connection_id"), F.col("channel").cast("string")
     name = (F.when(F.col("entity") == "connection", c)
             .when(F.col("entity") == "consumer", F.concat_ws("/", c, ch, "consumer_tag"))
-            .when(F.col("entity") == "link", F.concat_ws("/", c, ch, F.concat(F.lit("handle "), F.col("link_handle").cast("string"))))
+            # a 1.0 link by its handle, a 0-10 one (no handle) by its destination: two destinations on one session
+            # are two links (plots.link_entity names them alike)
+            .when(F.col("entity") == "link", F.concat_ws("/", c, ch, F.coalesce(
+                F.concat(F.lit("handle "), F.col("link_handle").cast("string")),
+                F.concat(F.lit("destination "), F.col("consumer_tag")))))
             .otherwise(F.concat_ws("/", c, ch)))
     return iv.withColumn("entity_kind", F.col("entity")).withColumn("entity", name) \
         .withColumn("channel", F.when(F.col("entity_kind") != "connection", F.col("channel")))
