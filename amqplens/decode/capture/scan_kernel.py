@@ -290,6 +290,9 @@ def walk(b, size, fmt, little, nanos, pcap_linktype, max_caplen, ts_lo, ts_hi, s
     ts = lt = rec = data = caplen = origlen = nxt = 0
     frac_limit = 1_000_000_000 if nanos else 1_000_000
     div = 1000 if nanos else 1
+    if fmt == 0 and not _known_link(pcap_linktype):
+        why = BAIL_LINKTYPE  # the reader reports it, and counts the packets undecoded
+        pos = size + 1
     while pos < size:
         # ---- the container: one record (pcap) or block (pcapng)
         if fmt == 0:
@@ -345,10 +348,13 @@ def walk(b, size, fmt, little, nanos, pcap_linktype, max_caplen, ts_lo, ts_hi, s
                     break
                 units = (units_hi << 32) | units_lo
                 mul, shift, idiv, ioff = ifaces[iface, 2], ifaces[iface, 3], ifaces[iface, 4], ifaces[iface, 5]
-                if units > I64_MAX // mul:
+                # (units * mul) >> shift without the 64-bit overflow: (q * 2^shift + r) * mul >> shift is
+                # q * mul + (r * mul >> shift), r * mul < 2^(shift + 20)
+                high = units >> shift
+                if high > I64_MAX // mul:
                     why = BAIL_TIME
                     break
-                ts = ((units * mul) >> shift) // idiv + ioff
+                ts = (high * mul + (((units & ((1 << shift) - 1)) * mul) >> shift)) // idiv + ioff
                 lt = ifaces[iface, 0]
                 rec = pos
                 data = pos + 28
@@ -386,7 +392,7 @@ def walk(b, size, fmt, little, nanos, pcap_linktype, max_caplen, ts_lo, ts_hi, s
                 exponent = tsresol & 0x7F
                 mul, shift, idiv = 1, 0, 1
                 if tsresol & 0x80:
-                    if exponent > 62:
+                    if exponent > 42:
                         why = BAIL_TIME
                         break
                     mul, shift = 1_000_000, exponent
