@@ -28,7 +28,8 @@ import heapq
 import ipaddress
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +39,7 @@ from amqplens.decode.capture.records import PACKET_SCHEMA, SplitStats, flow_key
 from amqplens.decode.capture.splits import sniff_head
 from amqplens.decode.errors import DecodeError
 
+T = TypeVar("T")
 _kernel = None  # the scan_kernel module once imported; False when numba is missing
 WHY = {0: None, 1: "a record header the reader resyncs on", 2: "a record time the reader checks",
        3: "an IP fragment", 4: "a link type the reader does not decode", 5: "a pcapng block the reader handles itself",
@@ -93,11 +95,11 @@ class FileScan:
         return list(by_key.values())
 
 
-def bins(items: list[tuple[int, object]], n: int) -> list[list]:
+def bins(items: Sequence[tuple[int, T]], n: int) -> list[list[T]]:
     """``items`` (weight, item) onto ``n`` bins, heaviest first onto the lightest bin (ties: the lowest bin);
     each bin's items in the order given."""
     heap = [(0, i) for i in range(max(1, n))]
-    out: list[list] = [[] for _ in heap]
+    out: list[list[T]] = [[] for _ in heap]
     order = sorted(range(len(items)), key=lambda k: -items[k][0])
     placed: list[list[int]] = [[] for _ in heap]
     for k in order:
