@@ -186,3 +186,11 @@ def test_bins_balance_by_bytes_largest_first():
     assert sorted(sum(int(x[1:]) for x in b) for b in got) == [13, 13]
     assert sorted(map(len, headscan.bins(items, 4))) == [1, 1, 2, 2]
     assert headscan.bins([], 3) == [[], [], []]
+
+
+@pytest.mark.parametrize("name", ["demo/demo.pcap", "capture/multi_if.pcapng", "public/amqpanalyze_amqp10_boolean_types.pcapng"])
+def test_small_windows_and_flow_groups_change_nothing(monkeypatch, name):
+    """The scan resumed every 1000 bytes, and a task's flows read in groups of at most 5 packets (one scan each)."""
+    monkeypatch.setattr(headscan, "WINDOW", 1000)
+    monkeypatch.setattr(headscan, "GROUP_PACKETS", 5)
+    assert agree(DATA / name)

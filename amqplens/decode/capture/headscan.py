@@ -23,6 +23,7 @@ numba is optional: without it ``plan`` returns None and every capture takes the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import heapq
 import ipaddress
@@ -35,8 +36,9 @@ import numpy as np
 import pyarrow as pa
 
 from amqplens.decode.capture import pcap, pcapng
+from amqplens.decode.capture.linklayer import LINK_DECODERS
 from amqplens.decode.capture.records import PACKET_SCHEMA, SplitStats, flow_key
-from amqplens.decode.capture.splits import sniff_head
+from amqplens.decode.capture.splits import _Releaser, sniff_head
 from amqplens.decode.errors import DecodeError
 
 T = TypeVar("T")
@@ -128,15 +130,46 @@ def _params(buf, size: int):
     return None
 
 
+# The scan goes over the file a window at a time and drops the mapped pages behind it from the process
+# (``splits._Releaser``), so a task's resident share of the file stays about a window wide whatever its size.
+WINDOW = 64 << 20
+# A task's packets are read in groups of flows of at most this many packets (a flow larger than that is a group
+# alone), one scan of the file per group: the per-packet columns a task holds stay bounded by it.
+GROUP_PACKETS = 1 << 20
+_COLUMNS = (np.int64, np.int64, np.int32, np.int64, np.int64, np.int16, np.int32, np.int64, np.int64, np.int64, np.bool_)
+
+
 def _walk(kernel, buf, size: int, select: np.ndarray, n_out: int):
+    """``(format, stats, reps, columns)`` of one scan of the file, or None when its header is not one the scan takes."""
     params = _params(buf, size)
     if params is None:
         return None
-    stats = np.zeros(12, np.int64)
     fmt, little, nanos, linktype, max_caplen, lo, hi = params
+    stats = np.zeros(12, np.int64)
+    stats[0], stats[6], stats[7] = (24 if fmt == 0 else 0), np.iinfo(np.int64).max, -np.iinfo(np.int64).max
+    if fmt == 0 and linktype not in LINK_DECODERS:
+        stats[1] = kernel.BAIL_LINKTYPE  # the reader reports it, and counts the packets undecoded
+    ifaces = np.zeros((kernel.MAX_IFACES, 6), np.int64)
+    slots, hashes, reps = np.full(1 << 10, -1, np.int64), np.zeros(1 << 10, np.uint64), np.zeros((1 << 10, 8), np.int64)
+    columns = [np.zeros(n_out, t) for t in _COLUMNS]
     arr = np.frombuffer(buf, np.uint8, size)
-    out = kernel.walk(arr, size, fmt, little, nanos, linktype, max_caplen, lo, hi, select, n_out, stats)
-    return ("pcap", "pcapng")[fmt], stats, out
+    release = _Releaser(buf)
+    limit = 0
+    while stats[0] < size and stats[1] == 0:
+        limit += WINDOW
+        slots, hashes, reps = kernel.walk(arr, size, limit, fmt, little, nanos, linktype, max_caplen, lo, hi, select,
+                                          stats, ifaces, slots, hashes, reps, *columns)
+        release(int(stats[0]))
+    del arr
+    filled = int(stats[10])
+    return ("pcap", "pcapng")[fmt], stats, reps[:int(stats[8])], [c[:filled] for c in columns]
+
+
+def _drop_pages(buf) -> None:
+    """The mapped pages out of this process (the page cache keeps them; a later read faults them back in)."""
+    if isinstance(buf, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+        with contextlib.suppress(OSError, ValueError):
+            buf.madvise(mmap.MADV_DONTNEED)
 
 
 class _Mapped:
@@ -166,7 +199,7 @@ def plan(path: str) -> FileScan | None:
         walked = _walk(kernel, m.buf, m.size, np.zeros(0, np.uint8), 0) if m.size else None
         if walked is None:
             return FileScan(path, m.size, False, WHY[7], SplitStats())
-        fmt, st, out = walked
+        fmt, st, reps, _ = walked
         why = int(st[1])
         clean = int(st[0]) == m.size and why == 0
         stats = SplitStats(format=fmt)
@@ -177,7 +210,8 @@ def plan(path: str) -> FileScan | None:
                 link_types={lt for i, lt in enumerate(kernel.LINK_TYPE_BITS) if int(st[9]) >> i & 1},
                 first_ts_us=int(st[6]) if st[2] else None, last_ts_us=int(st[7]) if st[2] else None,
             )
-        dflows = _dflows(m.buf, out[0]) if clean else []
+        dflows = _dflows(m.buf, reps) if clean else []
+        _drop_pages(m.buf)
     return FileScan(path, m.size, clean, WHY.get(why, WHY[7]) if not clean else None, stats, dflows)
 
 
@@ -203,23 +237,50 @@ def read_flows(path: str, capture_id: str, dflows: dict[int, list], batch_rows: 
     if kernel is None or not dflows:
         return
     top = max(dflows) + 1
-    select = np.zeros(top, np.uint8)
-    select[list(dflows)] = 1
-    n_out = sum(d[6] for d in dflows.values())
+    info = [dflows.get(i) for i in range(top)]
+    fkey = np.array([d[5] if d else 0 for d in info], np.int64)
+    per_dflow = {
+        "ip_version": np.array([d[0] if d else 0 for d in info], np.int8),
+        "src_ip": pa.array([d[1] if d else "" for d in info], pa.string()),
+        "src_port": np.array([d[2] if d else 0 for d in info], np.int32),
+        "dst_ip": pa.array([d[3] if d else "" for d in info], pa.string()),
+        "dst_port": np.array([d[4] if d else 0 for d in info], np.int32),
+    }
     with _Mapped(path) as m:
-        walked = _walk(kernel, m.buf, m.size, select, n_out)
-        if walked is None or int(walked[1][0]) != m.size or int(walked[1][10]) != n_out:
-            raise RuntimeError(f"{path} changed since the ingest planned it")
-        _, _, (_, off, ts, flow, seq, ack, flags, win, wire, ps, pe, trunc) = walked
-        info = [dflows.get(i) for i in range(top)]
-        fkey = np.array([d[5] if d else 0 for d in info], np.int64)[flow]
-        order = np.lexsort((off, ts, fkey))
-        arr = np.frombuffer(m.buf, np.uint8, m.size)
-        version = np.array([d[0] if d else 0 for d in info], np.int8)
-        src_ip = pa.array([d[1] if d else "" for d in info], pa.string())
-        sport = np.array([d[2] if d else 0 for d in info], np.int32)
-        dst_ip = pa.array([d[3] if d else "" for d in info], pa.string())
-        dport = np.array([d[4] if d else 0 for d in info], np.int32)
+        for group in _groups(dflows):
+            select = np.zeros(top, np.uint8)
+            select[group] = 1
+            n_out = sum(dflows[d][6] for d in group)
+            walked = _walk(kernel, m.buf, m.size, select, n_out)
+            if walked is None or int(walked[1][0]) != m.size or int(walked[1][10]) != n_out:
+                raise RuntimeError(f"{path} changed since the ingest planned it")
+            yield from _batches(kernel, m.buf, m.size, capture_id, walked[3], fkey, per_dflow, batch_rows)
+            _drop_pages(m.buf)
+
+
+def _groups(dflows: dict[int, list]) -> list[list[int]]:
+    """The directional flows in flow-key order, cut between flows into groups of at most GROUP_PACKETS packets."""
+    by_key: dict[int, list[int]] = {}
+    for d, row in dflows.items():
+        by_key.setdefault(row[5], []).append(d)
+    groups: list[list[int]] = [[]]
+    held = 0
+    for key in sorted(by_key):
+        packets = sum(dflows[d][6] for d in by_key[key])
+        if groups[-1] and held + packets > GROUP_PACKETS:
+            groups.append([])
+            held = 0
+        groups[-1] += by_key[key]
+        held += packets
+    return groups
+
+
+def _batches(kernel, buf, size: int, capture_id: str, columns, fkey, per_dflow, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    off, ts, flow, seq, ack, flags, win, wire, ps, pe, trunc = columns
+    keys = fkey[flow]
+    order = np.lexsort((off, ts, keys))
+    arr = np.frombuffer(buf, np.uint8, size)
+    try:
         for lo in range(0, len(order), batch_rows):
             idx = order[lo:lo + batch_rows]
             f = flow[idx]
@@ -231,14 +292,18 @@ def read_flows(path: str, capture_id: str, dflows: dict[int, list], batch_rows: 
             payload = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(idx), [None, pa.py_buffer(offsets),
                                                                                     pa.py_buffer(data)]).cast(pa.binary())
             findex = pa.array(f)
-            columns = {
+            given = {
                 "capture_id": pa.array([capture_id] * len(idx), pa.string()),
-                "record_offset": off[idx], "ts_us": ts[idx], "ip_version": version[f],
-                "src_ip": src_ip.take(findex), "src_port": sport[f], "dst_ip": dst_ip.take(findex), "dst_port": dport[f],
-                "flow_key": fkey[idx], "seq": seq[idx], "ack": ack[idx], "tcp_flags": flags[idx], "window": win[idx],
-                "wire_len": wire[idx], "payload": payload, "payload_truncated": trunc[idx],
+                "record_offset": off[idx], "ts_us": ts[idx], "flow_key": keys[idx], "seq": seq[idx], "ack": ack[idx],
+                "tcp_flags": flags[idx], "window": win[idx], "wire_len": wire[idx], "payload": payload,
+                "payload_truncated": trunc[idx],
             }
-            yield pa.RecordBatch.from_arrays([pa.array(columns[c.name], c.type) for c in PACKET_SCHEMA], schema=PACKET_SCHEMA)
+            for name, values in per_dflow.items():
+                given[name] = values.take(findex) if isinstance(values, pa.Array) else values[f]
+            yield pa.RecordBatch.from_arrays([pa.array(given[c.name], c.type) for c in PACKET_SCHEMA], schema=PACKET_SCHEMA)
+            if lo // batch_rows % 16 == 15:
+                _drop_pages(buf)
+    finally:
         del arr
 
 

@@ -233,7 +233,7 @@ def _same(b, rep, src, dst, alen, sport, dport):
 
 
 @njit(cache=True, nogil=True)
-def _grow(slots, hashes, reps, n):
+def _grow(slots, hashes, n):
     cap = slots.shape[0] * 2
     new_slots = np.full(cap, -1, np.int64)
     mask = np.uint64(cap - 1)
@@ -246,54 +246,34 @@ def _grow(slots, hashes, reps, n):
 
 
 @njit(cache=True, nogil=True)
-def walk(b, size, fmt, little, nanos, pcap_linktype, max_caplen, ts_lo, ts_hi, select, n_out, stats):
-    """Scan the file ``b`` (uint8, ``size`` bytes); ``fmt`` 0 pcap, 1 pcapng.
+def walk(b, size, limit, fmt, little, nanos, pcap_linktype, max_caplen, ts_lo, ts_hi, select, stats, ifaces,
+         slots, hashes, reps, o_off, o_ts, o_flow, o_seq, o_ack, o_flags, o_win, o_wire, o_ps, o_pe, o_trunc):
+    """Scan the file ``b`` (uint8, ``size`` bytes; ``fmt`` 0 pcap, 1 pcapng) from ``stats[0]`` to the first
+    record at or after ``limit``; called window by window, it carries its state in its arguments (``new_state``).
 
     pcap: ``little``/``nanos`` from the magic, the file's link type, ``max_caplen`` and the
     clock window ``ts_lo``..``ts_hi`` (seconds) of ``PcapFile``. pcapng: ``little`` of the
-    first section. ``select``: a 0/1 per dflow (empty: plan mode); ``n_out`` the packets of
-    the selected dflows (the plan counted them).
+    first section. ``select``: a 0/1 per dflow (empty: plan mode); the ``o_*`` columns, as long
+    as the selected dflows have packets (the plan counted them), get the selected packets in file
+    order: record offset, ts, dflow, seq, ack, flags, window, wire_len, payload start and end,
+    truncated.
 
-    ``stats`` (int64[12]) gets: stop, why, records, tcp, non_tcp, malformed, first ts, last ts,
-    dflows, link-type bit set (bit i: ``LINK_TYPE_BITS[i]``), n_out filled, 0. Returns (per dflow: reps[n, 8] src off, dst off, alen, sport, dport, version, packets,
-    bytes), and the selected packets' columns: record offset, ts, dflow, seq, ack, flags, window,
-    wire_len, payload start, payload end, truncated.
+    ``stats`` (int64[12]): position, why (BAIL_*), records, tcp, non_tcp, malformed, first ts,
+    last ts, dflows, link-type bit set (bit i: ``LINK_TYPE_BITS[i]``), o_* filled, interfaces.
+    ``ifaces`` the pcapng interfaces (link type, snaplen, mul, shift, div, offset); ``slots``,
+    ``hashes``, ``reps`` the dflow table (reps[i]: src off, dst off, alen, sport, dport, version,
+    packets, bytes), returned as they may have grown.
     """
-    slots = np.full(1 << 10, -1, np.int64)
-    cap = 1 << 10
-    hashes = np.zeros(cap, np.uint64)
-    reps = np.zeros((cap, 8), np.int64)
-    n_flows = 0
-    o_off = np.zeros(n_out, np.int64)
-    o_ts = np.zeros(n_out, np.int64)
-    o_flow = np.zeros(n_out, np.int32)
-    o_seq = np.zeros(n_out, np.int64)
-    o_ack = np.zeros(n_out, np.int64)
-    o_flags = np.zeros(n_out, np.int16)
-    o_win = np.zeros(n_out, np.int32)
-    o_wire = np.zeros(n_out, np.int64)
-    o_ps = np.zeros(n_out, np.int64)
-    o_pe = np.zeros(n_out, np.int64)
-    o_trunc = np.zeros(n_out, np.bool_)
-    filled = 0
+    n_out = o_off.shape[0]
+    cap = hashes.shape[0]
+    pos, why, records, n_tcp, n_non, n_bad = stats[0], stats[1], stats[2], stats[3], stats[4], stats[5]
+    first_ts, last_ts, n_flows, lt_bits, filled, n_if = stats[6], stats[7], stats[8], stats[9], stats[10], stats[11]
     selecting = select.shape[0] > 0
     tcp = np.zeros(10, np.int64)
-    records = n_tcp = n_non = n_bad = 0
-    first_ts = I64_MAX
-    last_ts = -I64_MAX
-    lt_bits = 0
-    why = BAIL_NONE
-    # pcapng interfaces: link type, snaplen, mul, shift, div, offset
-    ifaces = np.zeros((MAX_IFACES, 6), np.int64)
-    n_if = 0
-    pos = 24 if fmt == 0 else 0
     ts = lt = rec = data = caplen = origlen = nxt = 0
     frac_limit = 1_000_000_000 if nanos else 1_000_000
     div = 1000 if nanos else 1
-    if fmt == 0 and not _known_link(pcap_linktype):
-        why = BAIL_LINKTYPE  # the reader reports it, and counts the packets undecoded
-        pos = size + 1
-    while pos < size:
+    while pos < size and pos < limit and why == BAIL_NONE:
         # ---- the container: one record (pcap) or block (pcapng)
         if fmt == 0:
             if pos + 16 > size:
@@ -479,7 +459,7 @@ def walk(b, size, fmt, little, nanos, pcap_linktype, max_caplen, ts_lo, ts_hi, s
                 slots[j] = flow
                 n_flows += 1
                 if n_flows * 2 > slots.shape[0]:
-                    slots = _grow(slots, hashes, reps, n_flows)
+                    slots = _grow(slots, hashes, n_flows)
             reps[flow, 6] += 1
             reps[flow, 7] += nxt - rec
             if selecting and flow < select.shape[0] and select[flow] and filled < n_out:
@@ -498,9 +478,8 @@ def walk(b, size, fmt, little, nanos, pcap_linktype, max_caplen, ts_lo, ts_hi, s
                 filled += 1
         pos = nxt
     stats[0], stats[1], stats[2], stats[3], stats[4], stats[5] = pos, why, records, n_tcp, n_non, n_bad
-    stats[6], stats[7], stats[8], stats[9], stats[10] = first_ts, last_ts, n_flows, lt_bits, filled
-    return (reps[:n_flows].copy(), o_off[:filled], o_ts[:filled], o_flow[:filled], o_seq[:filled], o_ack[:filled],
-            o_flags[:filled], o_win[:filled], o_wire[:filled], o_ps[:filled], o_pe[:filled], o_trunc[:filled])
+    stats[6], stats[7], stats[8], stats[9], stats[10], stats[11] = first_ts, last_ts, n_flows, lt_bits, filled, n_if
+    return slots, hashes, reps
 
 
 @njit(cache=True, nogil=True)
