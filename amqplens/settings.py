@@ -251,6 +251,13 @@ class CaptureSettings(_Section):
         "8m", "a file smaller than `split_size` still gets one split per core (`spark.default.parallelism`), none smaller "
         "than this")
     batch_rows: Annotated[int, *Int(1)] = setting(8192, "packets per Arrow batch")
+    direct: Annotated[str, *Choice("auto", "on", "off")] = setting(
+        "auto", "read captures without a packet shuffle: each decoding task scans the whole file (the numba header "
+        "scan, `amqplens/decode/capture/headscan.py`) and keeps the flows the driver gave it, balanced by bytes. "
+        "`auto`: when Spark runs locally (`local[...]`: every task reads the driver's paths); `on`: also on a cluster "
+        "(every executor must read the same paths); `off`: byte-range splits and a shuffle by flow. A capture the scan "
+        "cannot read whole (resyncs, fragments, odd link types) or a missing numba takes the shuffle path; the captures "
+        "row says which (`splits` 0: direct). Same rows either way")
     amqp_ports: Ports = setting([5672], "TCP ports whose flows are AMQP")
     tls_ports: Ports = setting(
         [5671], "TCP ports whose flows are AMQP over TLS: decrypted with `capture.keylog`, else recorded, not decoded")

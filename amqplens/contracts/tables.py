@@ -93,7 +93,7 @@ CAPTURES = Table(
         C("format", "string", "pcap | pcapng | unknown; a broker log's format: rabbitmq-3.6 | rabbitmq-3.7 | rabbitmq-3.9 | rabbitmq-json | rabbitmq-trace-text | rabbitmq-trace-json | rabbitmq-firehose | proton-trace | proton-trace-old | log-unknown", values=("pcap", "pcapng", "unknown", *LOG_FORMATS, "rabbitmq-trace-text", "rabbitmq-trace-json", "rabbitmq-firehose",
                    "proton-trace", "proton-trace-old", "log-unknown")),
         C("link_types", "array<int32>", "LINKTYPE numbers seen (pcapng may have several)"),
-        C("splits", "int32", "byte-range splits the file was read in", False),
+        C("splits", "int32", "byte-range splits the file was read in; 0: read by the direct path (capture.direct: each decoding task scanned the whole file for its flows, no packet shuffle)", False),
         C("packets_total", "int64", "packet records read", False),
         C("packets_tcp", "int64", "TCP packets among them", False),
         C("packets_selected", "int64", "packets of the connections kept (AMQP ports or sniffed)", False),

@@ -5,7 +5,14 @@ spark-submit jobs/ingest_captures.py --input PATH [PATH ...] --lake DIR [--confi
 Reads each file in byte-range splits (one task per split), shuffles the
 packets by flow and reassembles TCP per flow; the decoding tasks write the
 connections, frames and decode_errors files themselves, and the driver commits
-them through the TableStore and then writes the captures rows: one Spark job. A capture whose rows were already committed with the same decoder
+them through the TableStore and then writes the captures rows: one Spark job.
+
+The direct path (``capture.direct``) leaves out the splits and the shuffle: the
+driver scans each capture's headers (``headscan.plan``, numba), spreads its flows
+over the tasks by bytes (largest first onto the least loaded), and each task scans
+the whole file and decodes the packets of its flows straight from the mapped file
+(``direct_packets``). A capture the scan cannot read whole takes the shuffle path
+in the same job. A capture whose rows were already committed with the same decoder
 version and config is skipped; the captures table is written last, so its
 row marks a capture as done.
 
@@ -33,7 +40,7 @@ from typing import Final
 from amqplens.decode import __version__
 from amqplens.decode import clock
 from amqplens.decode import pipeline
-from amqplens.decode.capture import plan_splits, sniff_format, sniff_head
+from amqplens.decode.capture import headscan, plan_splits, sniff_format, sniff_head
 from amqplens.logs import SNIFF_BYTES as LOG_SNIFF_BYTES
 from amqplens.logs import sniff as log_sniff
 from amqplens.decode.codecs import DecodeOptions
@@ -308,6 +315,67 @@ def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, Stage
         yield pipeline.out_batch(schema, TASK_COUNTS, cid, 1, meta=pa.array([c.to_meta()], pa.string()))
 
 
+DIRECT_SCHEMA_FIELDS = (("task", "int32"), ("plan", "string"))  # a direct task's row: its number, its flows as JSON
+
+
+def direct_packets(batches, options: pipeline.Options, read_bytes=None):
+    """The direct path's stage-1 stand-in: for each task row (``plan``: a JSON list of captures, each with its path
+    and the directional flows the task decodes), the packets of those flows as ``PACKETS_OUT_SCHEMA`` batches,
+    sorted per capture as the shuffle path sorts a partition; ``headscan.read_flows`` reads them from the mapped file."""
+    import pyarrow as pa
+
+    for batch in batches:
+        for row in batch.to_pylist():
+            for item in json.loads(row["plan"]):
+                dflows = {int(k): v for k, v in item["dflows"].items()}
+                for packets in headscan.read_flows(item["path"], item["capture_id"], dflows, options.batch_rows):
+                    n = packets.num_rows
+                    yield pa.RecordBatch.from_arrays(
+                        [*packets.columns, pa.array(["packet"] * n, pa.string()), pa.nulls(n, pa.string())],
+                        schema=pipeline.PACKETS_OUT_SCHEMA)
+                if read_bytes is not None:
+                    read_bytes.add(item["bytes"])
+
+
+def direct_scans(spark, conf: Config, files: list[CaptureFile]) -> dict[str, "headscan.FileScan"]:
+    """The captures that take the direct path (``capture.direct``), by id, with the driver's scan of each."""
+    choice = conf["capture.direct"]
+    if choice == "off" or (choice == "auto" and not spark.sparkContext.master.startswith("local")):
+        return {}
+    scans = {}
+    for f in files:
+        try:
+            scan = headscan.plan(f.path)
+        except OSError:  # gone or unreadable: the shuffle path's reader says so in the captures row
+            continue
+        if scan is None:
+            log.info("capture.direct: numba does not import; the captures take the shuffle path")
+            return {}
+        if scan.clean:
+            scans[f.capture_id] = scan
+        else:
+            log.info("capture %s: %s stops the header scan; read through the shuffle path", f.capture_id[:12], scan.why)
+    return scans
+
+
+def direct_plan(scans: dict[str, "headscan.FileScan"], tasks: int) -> list[tuple[int, str]]:
+    """The direct tasks' rows: every flow of every capture in ``scans`` onto ``tasks`` bins, largest (bytes) first
+    onto the least loaded; empty bins are left out. Rows grow with flows (one JSON entry per directional flow)."""
+    items = [(flow.bytes, (cid, flow)) for cid, scan in scans.items() for flow in scan.flows()]
+    rows = []
+    for i, placed in enumerate(headscan.bins(items, tasks)):
+        per: dict[str, dict] = {}
+        for cid, flow in placed:
+            scan = scans[cid]
+            item = per.setdefault(cid, {"capture_id": cid, "path": scan.path, "dflows": {}, "bytes": 0})
+            for d in flow.dflows:
+                item["dflows"][d] = scan.dflows[d]
+            item["bytes"] += flow.bytes
+        if per:
+            rows.append((i, json.dumps(list(per.values()))))
+    return rows
+
+
 def _write_all(writers: "lifecycle.LifecycleWriters", batches) -> None:
     for out in batches:
         writers.write(out)
@@ -374,34 +442,47 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
     from pyspark.sql.pandas.types import from_arrow_schema
 
     units = {f.capture_id: units[f.capture_id] for f in todo}
-    split_rows = _split_rows(todo, conf["capture.split_size"], conf["capture.min_split_size"],
+    scans = direct_scans(spark, conf, todo)  # the captures read without a packet shuffle (capture.direct)
+    shuffled = [f for f in todo if f.capture_id not in scans]
+    split_rows = _split_rows(shuffled, conf["capture.split_size"], conf["capture.min_split_size"],
                              spark.sparkContext.defaultParallelism)
-    splits = spark.sparkContext.parallelize(split_rows, max(1, len(split_rows))).toDF(
-        from_arrow_schema(pipeline.SPLITS_SCHEMA)
-    )
-    packets = splits.mapInArrow(
-        functools.partial(read_counted_splits, options=options, read_bytes=progress.counter(spark, "bytes read")),
-        from_arrow_schema(pipeline.PACKETS_OUT_SCHEMA),
-    )
+    read_bytes = progress.counter(spark, "bytes read")
     staged = {name: store.stage(name, run_id) for name in STAGED_TABLES}
     lifecycle_staged = lifecycle.stage_tables(store, run_id) if conf["lifecycle.fused"] else {}
-    flows = (
-        packets.repartition(shuffle_partitions(spark, conf), "flow_key")
-        .sortWithinPartitions("capture_id", "flow_key", "ts_us", "record_offset")
-        .mapInArrow(functools.partial(decode_and_stage, options=options, staged=staged,
-                                      frames_decoded=progress.counter(spark, "frames"), lifecycle_staged=lifecycle_staged,
-                                      max_held_frames=conf["lifecycle.fused_max_held_frames"]),
-                    from_arrow_schema(options.flows_schema))
-    )
+    decode = functools.partial(decode_and_stage, options=options, staged=staged,
+                               frames_decoded=progress.counter(spark, "frames"), lifecycle_staged=lifecycle_staged,
+                               max_held_frames=conf["lifecycle.fused_max_held_frames"])
+    flows = None
+    if split_rows:
+        splits = spark.sparkContext.parallelize(split_rows, max(1, len(split_rows))).toDF(
+            from_arrow_schema(pipeline.SPLITS_SCHEMA)
+        )
+        packets = splits.mapInArrow(
+            functools.partial(read_counted_splits, options=options, read_bytes=read_bytes),
+            from_arrow_schema(pipeline.PACKETS_OUT_SCHEMA),
+        )
+        flows = (
+            packets.repartition(shuffle_partitions(spark, conf), "flow_key")
+            .sortWithinPartitions("capture_id", "flow_key", "ts_us", "record_offset")
+            .mapInArrow(decode, from_arrow_schema(options.flows_schema))
+        )
+    direct_rows = direct_plan(scans, spark.sparkContext.defaultParallelism)
+    if direct_rows:
+        # one task per row, each decoding its flows of the whole file: no packet crosses into the JVM
+        tasks = spark.sparkContext.parallelize(direct_rows, len(direct_rows)).toDF("task int, plan string")
+        direct = tasks.mapInArrow(
+            lambda batches: decode(direct_packets(batches, options, read_bytes)), from_arrow_schema(options.flows_schema))
+        flows = direct if flows is None else flows.unionByName(direct)
     try:
         # the one Spark job: the tasks wrote the tables, what comes back is a few rows per task
-        meta_rows = flows.select("kind", "capture_id", "meta").collect()
+        meta_rows = flows.select("kind", "capture_id", "meta").collect() if flows is not None else []
         per_capture = _merge_stats(r for r in meta_rows if r["kind"] == "split_stats")
+        per_capture.update({cid: scan.stats for cid, scan in scans.items()})  # the driver's scan read every record
         counts = _merge_counts(r for r in meta_rows if r["kind"] == TASK_COUNTS)
         files = [StagedFile.from_meta(r["meta"]) for r in meta_rows if r["kind"] == STAGED_FILE]
         dates = {f.capture_id: _capture_date(per_capture.get(f.capture_id)) for f in todo}
         partitions = {cid: {"capture_date": d.isoformat()} for cid, d in dates.items()}
-        n_splits = collections.Counter(row[0] for row in split_rows)
+        n_splits = collections.Counter(row[0] for row in split_rows)  # 0 for a capture read directly
         capture_rows = [_capture_row(f, per_capture.get(f.capture_id), dates[f.capture_id],
                                      counts.get(f.capture_id, CaptureCounts()), n_splits[f.capture_id], run_id, fp) for f in todo]
         lifecycle_units = {}

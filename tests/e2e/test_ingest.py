@@ -118,7 +118,7 @@ def test_tiny_splits_give_the_same_connections(spark, conf, tmp_path):
     demo = str(DATA / "demo" / "demo.pcap")
     results = {}
     for split in ("4k", "1g"):
-        c = conf.with_overrides(lake__root=str(tmp_path / split), capture__split_size=split)
+        c = conf.with_overrides(lake__root=str(tmp_path / split), capture__split_size=split, capture__direct="off")
         r = ingest_captures.run(spark, c, [demo], run_id="x")
         size = pathlib.Path(demo).stat().st_size
         assert r.captures[0]["splits"] == (1 if split == "1g" else -(-size // 4096))  # one split per 4 KiB begun

@@ -1,4 +1,4 @@
-"""Compile the 0-9-1 hot path once and keep it in numba's on-disk cache (an install step).
+"""Compile the 0-9-1 hot path (and the capture header scan) once and keep it in numba's on-disk cache (an install step).
 
     python -m amqplens.decode.v0_9_1.warm
 
@@ -51,6 +51,11 @@ def warm() -> float:
 
 
 def main() -> int:
+    from amqplens.decode.capture import headscan  # the direct path's header scan shares the cache
+
+    scan = headscan.warm()
+    if scan >= 0:
+        print(f"amqplens.decode: capture header scan ready in {scan:.1f} s")
     seconds = warm()
     if seconds < 0:
         print("amqplens.decode: numba is not installed; the 0-9-1 decoder runs its Python path")

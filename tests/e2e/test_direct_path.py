@@ -1,0 +1,103 @@
+"""The ingest's direct path (capture.direct: no packet shuffle, flows balanced by bytes) against the shuffle path.
+
+Every table (captures, connections, frames, decode_errors and the fused lifecycle's deliveries,
+flow_events, request_responses) must be identical row for row, on every fixture capture and on
+mutants of them: damaged TCP and IP headers, a changed payload byte (the scan reads these whole),
+a record length the reader resyncs on, a record time outside 1990..2100 and IP fragments (the
+scan gives up: those captures take the shuffle path inside the direct run). Only ``splits`` may
+differ: 0 says a capture was read directly.
+"""
+
+from __future__ import annotations
+
+import glob
+import pathlib
+
+import pytest
+
+from amqplens.decode.capture import headscan
+from amqplens.jobs import ingest_captures
+from amqplens.lake.store import TableStore
+from tests.capture import capture_builders as B
+from tests.conftest import DATA
+from tests.e2e import mutations as M
+from tests.e2e.conftest import FIXTURES
+
+pytestmark = [pytest.mark.spark, pytest.mark.e2e,
+              pytest.mark.skipif(headscan.load_kernel() is None, reason="numba is not installed")]
+
+EXTRA = sorted(glob.glob(str(DATA / "tls" / "*.pcap")) + glob.glob(str(DATA / "logs" / "*.pcap")))
+TABLES = ("captures", "connections", "frames", "decode_errors", "deliveries", "flow_events", "request_responses")
+
+
+def _mutants(folder: pathlib.Path) -> dict[str, bool]:
+    """Mutant captures written to ``folder``: name -> whether the scan reads it whole (the direct path)."""
+    consume = (DATA / "broker" / "consume_prefetch_ack.pcap").read_bytes()
+    middle = M.middle_payload_record(consume)
+    cases = {
+        "tcp_offset": (M.packet_bytes(consume, middle, M.tcp_field(12, 0x30)), True),  # data offset 12 bytes
+        "ip_total_short": (M.packet_bytes(consume, middle, M.ip_field(2, 30, 2)), True),
+        "ip_proto_udp": (M.packet_bytes(consume, middle, M.ip_field(9, 17)), True),
+        "payload_byte": (M.packet_bytes(consume, middle, lambda p: p.__setitem__(len(p) - 2, p[-2] ^ 0xFF)), True),
+        "record_caplen": (M.record_field(consume, middle, "I", 8, 0x00FFFFFF), False),
+        "record_year_49195": (M.record_field(consume, middle, "I", 0, 0xFFFFFFF0), False),
+    }
+    frames = B.read_pcap_frames(DATA / "public" / "deepflow_amqp091_consume_publish.pcap")
+    recs = []
+    for sec, frac, frame, _ in frames:
+        ip = frame[14:]
+        if frame[12:14] == b"\x08\x00" and ip[9] == 6 and len(ip) > 80:
+            recs += [(sec, frac, frame[:14] + f) for f in B.ipv4_fragments(ip, 32)]
+        else:
+            recs.append((sec, frac, frame))
+    cases["fragments"] = (B.pcap_bytes(recs), False)
+    for name, (data, _) in cases.items():
+        (folder / f"{name}.pcap").write_bytes(data)
+    return {name: direct for name, (data, direct) in cases.items()}
+
+
+def _rows(store: TableStore, table: str) -> list[tuple]:
+    df = store.read(table).drop("run_id")
+    if table == "captures":
+        df = df.drop("splits")
+    return sorted((tuple(r) for r in df.collect()), key=repr)
+
+
+def test_direct_and_shuffle_paths_give_the_same_tables(spark, conf, tmp_path):
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    expected_direct = _mutants(inputs)
+    paths = FIXTURES + EXTRA + sorted(str(p) for p in inputs.iterdir())
+    stores, results = {}, {}
+    for mode in ("on", "off"):
+        c = conf.with_overrides(lake__root=str(tmp_path / mode), capture__direct=mode)
+        results[mode] = ingest_captures.run(spark, c, paths, run_id="same")
+        stores[mode] = TableStore(spark, c["lake.root"])
+    assert not results["on"].failed and not results["off"].failed
+    for table in TABLES:
+        on, off = _rows(stores["on"], table), _rows(stores["off"], table)
+        assert on == off, table
+        assert on or table == "decode_errors", f"{table} is empty: nothing compared"
+    splits = {pathlib.Path(r["path"]).stem: r["splits"] for r in results["on"].captures}
+    for name, direct in expected_direct.items():
+        assert (splits[name] == 0) == direct, name
+    fixtures_direct = [p for p in FIXTURES + EXTRA if splits[pathlib.Path(p).stem] == 0]
+    assert fixtures_direct == FIXTURES + EXTRA  # every fixture went the direct way
+    assert all(r["splits"] > 0 for r in results["off"].captures)
+    errors = {pathlib.Path(r["path"]).stem: r["capture_errors"] for r in results["on"].captures}
+    assert errors["record_caplen"] > 0 and errors["record_year_49195"] > 0  # the reader's error rows, kept
+
+
+def test_plan_spreads_flows_by_bytes(tmp_path):
+    """Two tasks, one capture of many flows: each task's share of the bytes is within the largest flow of half."""
+    scan = headscan.plan(str(DATA / "demo" / "demo.pcap"))
+    assert scan is not None and scan.clean
+    rows = ingest_captures.direct_plan({"demo": scan}, 2)
+    import json
+
+    loads = [sum(item["bytes"] for item in json.loads(plan)) for _, plan in rows]
+    flows = scan.flows()
+    assert sum(loads) == sum(f.bytes for f in flows) == sum(d[7] for d in scan.dflows)
+    assert max(loads) - min(loads) <= max(f.bytes for f in flows)
+    dflows = [d for _, plan in rows for item in json.loads(plan) for d in item["dflows"]]
+    assert sorted(map(int, dflows)) == list(range(len(scan.dflows)))  # every directional flow in exactly one task
