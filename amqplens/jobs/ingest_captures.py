@@ -142,6 +142,26 @@ def _split_rows(files: list[CaptureFile], split_size: int, min_split_size: int =
     return rows
 
 
+def pack_splits(rows: list[tuple], min_split_size: int, parallelism: int) -> list[list[tuple]]:
+    """The split rows grouped into tasks: a split of ``min_split_size`` bytes or more is a task of its own; smaller
+    ones (small files: rotated captures, a capture cut into many) share a task up to ``min_split_size`` bytes, in
+    at least ``parallelism`` tasks while there are splits for them. 300 files of 30 KB are 2 tasks on 2 cores,
+    not 300 (each a Python task with its scheduling); the splits of one large file stay one task each."""
+    small = [r for r in rows if r[3] - r[2] < min_split_size]
+    out = [[r] for r in rows if r[3] - r[2] >= min_split_size]
+    if not small:
+        return out
+    total = sum(r[3] - r[2] for r in small)
+    n = min(len(small), max(parallelism - len(out), -(-total // max(1, min_split_size)), 1))
+    groups: list[list[tuple]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for r in sorted(small, key=lambda r: r[2] - r[3]):  # largest first, each into the least loaded task
+        i = loads.index(min(loads))
+        groups[i].append(r)
+        loads[i] += r[3] - r[2]
+    return out + groups
+
+
 STAGED_FILE: Final[RowKind] = "staged_file"  # kind of the flows rows that report a file a task wrote (meta: a StagedFile)
 TASK_COUNTS: Final[RowKind] = "task_counts"  # kind of the flows rows with a task's counts per capture (meta: its CaptureCounts)
 STAGED_TABLES = ("connections", "frames", "decode_errors")  # what the decode tasks write themselves
@@ -376,7 +396,9 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
     units = {f.capture_id: units[f.capture_id] for f in todo}
     split_rows = _split_rows(todo, conf["capture.split_size"], conf["capture.min_split_size"],
                              spark.sparkContext.defaultParallelism)
-    splits = spark.sparkContext.parallelize(split_rows, max(1, len(split_rows))).toDF(
+    tasks = pack_splits(split_rows, conf["capture.min_split_size"], spark.sparkContext.defaultParallelism)
+    # rows: the split rows; a partition per task of pack_splits (flatMap keeps each group in its partition)
+    splits = spark.sparkContext.parallelize(tasks, max(1, len(tasks))).flatMap(lambda group: group).toDF(
         from_arrow_schema(pipeline.SPLITS_SCHEMA)
     )
     packets = splits.mapInArrow(
@@ -385,8 +407,12 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
     )
     staged = {name: store.stage(name, run_id) for name in STAGED_TABLES}
     lifecycle_staged = lifecycle.stage_tables(store, run_id) if conf["lifecycle.fused"] else {}
+    parts = shuffle_partitions(spark, conf)
+    # many small captures (rotated files, a capture cut in pieces): by capture, so that a task writes one file per
+    # capture and table instead of every task one per capture it holds flows of (4 x 300 x 6 files for 300 captures)
+    by_capture = len(todo) > 2 * parts and all(f.size <= conf["capture.min_split_size"] for f in todo)
     flows = (
-        packets.repartition(shuffle_partitions(spark, conf), "flow_key")
+        packets.repartition(parts, "capture_id" if by_capture else "flow_key")
         .sortWithinPartitions("capture_id", "flow_key", "ts_us", "record_offset")
         .mapInArrow(functools.partial(decode_and_stage, options=options, staged=staged,
                                       frames_decoded=progress.counter(spark, "frames"), lifecycle_staged=lifecycle_staged,
