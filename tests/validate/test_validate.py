@@ -93,14 +93,12 @@ def _validate(spark, quality_lake, tmp_path, name: str, engine: str, **broken):
         tables.close()
 
 
-ENGINES = pytest.mark.parametrize("engine", [validate.SPARK, validate.PANDAS])
-
-
-@ENGINES
-def test_broken_frames_fail_their_checks_and_name_the_rows(spark, quality_lake, tmp_path, engine):
+def _broken_frames(store):
+    """(demo's frame rows, (dup, orphan, enum, late) frame ids, a function breaking a frames slice): one key twice, a
+    frame of no connection, a dialect outside the set, a frame a day after the capture, every frame undecoded."""
     from pyspark.sql import functions as F
 
-    frames = quality_lake[1].read("frames").where(F.col("capture_id") == DEMO).orderBy("frame_id").collect()
+    frames = store.read("frames").where(F.col("capture_id") == DEMO).orderBy("frame_id").collect()
     dup, orphan, enum, late = (r.frame_id for r in frames[10:14])
 
     def broken(df):
@@ -110,6 +108,16 @@ def test_broken_frames_fail_their_checks_and_name_the_rows(spark, quality_lake, 
                 .withColumn("dialect", F.when(fid == enum, F.lit("0-9-2")).otherwise(F.col("dialect")))
                 .withColumn("ts", F.when(fid == late, F.col("ts") + F.expr("INTERVAL 1 DAY")).otherwise(F.col("ts")))
                 .withColumn("decode_error", F.lit("field_table: broken decoder")))
+
+    return frames, (dup, orphan, enum, late), broken
+
+
+ENGINES = pytest.mark.parametrize("engine", [validate.SPARK, validate.PANDAS])
+
+
+@ENGINES
+def test_broken_frames_fail_their_checks_and_name_the_rows(spark, quality_lake, tmp_path, engine):
+    frames, (dup, orphan, enum, late), broken = _broken_frames(quality_lake[1])
 
     out = _validate(spark, quality_lake, tmp_path, "frames", engine, frames=broken)
     failed = {n for n, o in out.items() if not o.success}
@@ -232,16 +240,7 @@ def test_one_pass_counts_flag_exactly_the_checks_gx_fails(spark, quality_lake):
     from amqplens.jobs.validate import tally
 
     conf, store = quality_lake
-    frames = store.read("frames").where(F.col("capture_id") == DEMO).orderBy("frame_id").collect()
-    dup, orphan, enum, late = (r.frame_id for r in frames[10:14])
-
-    def broken_frames(df):
-        fid = F.col("frame_id")
-        return (df.union(df.where(fid == dup))
-                .withColumn("connection_id", F.when(fid == orphan, F.lit("no-such-connection")).otherwise(F.col("connection_id")))
-                .withColumn("dialect", F.when(fid == enum, F.lit("0-9-2")).otherwise(F.col("dialect")))
-                .withColumn("ts", F.when(fid == late, F.col("ts") + F.expr("INTERVAL 1 DAY")).otherwise(F.col("ts")))
-                .withColumn("decode_error", F.lit("field_table: broken decoder")))
+    frames, _, broken_frames = _broken_frames(store)
 
     def negative(df):
         first = df.where(F.col("settle_latency_us").isNotNull()).orderBy("delivery_id").first().delivery_id
