@@ -59,8 +59,8 @@ def _capture_ids(store, capture_ids: list[str] | None) -> list[str]:
 
 def batches(store, ids: list[str], conf: Config):
     """``(table, rows, batch)`` for every table with rows of the run: the batch a pandas frame when the run is small
-    (each table at most ``validate.pandas_max_rows`` rows: amqplens/jobs/validate/small.py, no Spark job), else a cached Spark
-    DataFrame (amqplens/jobs/validate/quality.py), uncached once the caller moves on to the next table."""
+    (each table at most ``validate.pandas_max_rows`` rows: amqplens/jobs/validate/small.py, no Spark job), else a Spark
+    DataFrame (amqplens/jobs/validate/quality.py), counted in one pass (tally.py) and cached only for a second one."""
     from amqplens.jobs.validate import quality
     from amqplens.jobs.validate import small as quality_small
     from amqplens.contracts.expectations import Settings
@@ -78,11 +78,8 @@ def batches(store, ids: list[str], conf: Config):
                 yield t, rows[name], quality_small.batch(t, source, conf)
             else:
                 assert isinstance(source, quality.RunTables)
-                df = quality.batch(t, source, conf).persist()
-                try:
-                    yield t, rows[name], df
-                finally:
-                    df.unpersist()
+                # not cached: the tally reads it once; engine.Suites caches it for the checks the tally does not pass
+                yield t, rows[name], quality.batch(t, source, conf)
     finally:
         if not small:
             assert isinstance(source, quality.RunTables)
