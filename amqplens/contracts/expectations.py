@@ -10,7 +10,7 @@ the table-specific ones: byte accounting per connection, the share of frames who
 did not decode, ordered percentiles, rates between 0 and 1.
 
 A check that needs other rows or tables (references, windows, accounting) is computed by
-amqplens/jobs/validate/__init__.py as an extra column of the validated batch, named here (``REQUIRED_NULL``,
+amqplens/jobs/validate/quality.py and small.py as an extra column of the validated batch, named here (``REQUIRED_NULL``,
 ``NEGATIVE``, ``OUTSIDE_WINDOW``, ``missing_column(...)``, ...), and holds the offending
 value or null. It is then a GX expectation like the others: in the results, the data docs
 and the failure samples.
@@ -76,7 +76,7 @@ def kind(name: str) -> str:
     """``observation`` when the check judges what peers do (``OBSERVATIONS``), else ``invariant``."""
     return OBSERVATION if any(fnmatch.fnmatchcase(name, p) for p in OBSERVATIONS) else INVARIANT
 
-# Names of the columns amqplens/jobs/validate/__init__.py adds to a batch: the offending value(s) as text, or null.
+# Names of the columns amqplens/jobs/validate/quality.py and small.py add to a batch: the offending value(s) as text, or null.
 REQUIRED_NULL = "_required_null"  # the not-null columns that are null
 NEGATIVE = "_negative"  # column=value of each negative numeric column
 OUTSIDE_WINDOW = "_outside_capture_window"  # column=value of each timestamp outside the capture's window
@@ -287,3 +287,26 @@ def suite(t: Table, settings: Settings, only: set[str] | None = None):
             **c.kwargs, description=f"{c.name}: {c.description}", meta={"name": c.name, "severity": sev, "kind": kind(c.name)},
             severity=FailureSeverity.CRITICAL if sev == "critical" else FailureSeverity.WARNING))
     return gx.ExpectationSuite(name=t.name if only is None else f"{t.name}.failures", expectations=expectations)
+
+
+def tally_suite(t: Table, settings: Settings, counted: set[str], means: set[str]):
+    """The suite GX validates a table's tally with (amqplens/jobs/validate/tally.py: one row, a column per check that
+    holds the rows breaking it, counted in one pass over the table, or the mean of a mean check): each ``counted``
+    check's count is 0, each mean within its check's bounds. Named, with severity and kind, as the check itself;
+    a check that fails here is validated by its own expectation on the table's rows."""
+    import great_expectations as gx
+    from great_expectations.expectations.metadata_types import FailureSeverity
+
+    expectations = []
+    for c in checks(t, settings):
+        if c.name not in counted:
+            continue
+        sev = settings.severity(c.name)
+        bounds = ({k: c.kwargs.get(k) for k in ("min_value", "max_value", "strict_min", "strict_max") if k in c.kwargs}
+                  if c.name in means else {"min_value": 0, "max_value": 0})
+        what = "mean" if c.name in means else "rows that break it"
+        expectations.append(_gxe().ExpectColumnValuesToBeBetween(
+            column=c.name, **bounds, description=f"{c.name}: {c.description} ({what}, counted in one pass over the table)",
+            meta={"name": c.name, "severity": sev, "kind": kind(c.name), "tally": True},
+            severity=FailureSeverity.CRITICAL if sev == "critical" else FailureSeverity.WARNING))
+    return gx.ExpectationSuite(name=f"{t.name}.tally", expectations=expectations)

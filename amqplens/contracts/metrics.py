@@ -1,4 +1,4 @@
-"""Contracts of the metric tables (amqplens/jobs/metrics/__init__.py writes them, amqplens/report/__init__.py draws them).
+"""Contracts of the metric tables (amqplens/jobs/metrics/ writes them, amqplens/report/__init__.py draws them).
 
 Every metric table has the same leading columns: a row id, the capture, the
 time bucket (``metrics.bucket``; bucket_seconds = 0 marks the row covering

@@ -149,6 +149,26 @@ def _split_rows(files: list[CaptureFile], split_size: int, min_split_size: int =
     return rows
 
 
+def pack_splits(rows: list[tuple], min_split_size: int, parallelism: int) -> list[list[tuple]]:
+    """The split rows grouped into tasks: a split of ``min_split_size`` bytes or more is a task of its own; smaller
+    ones (small files: rotated captures, a capture cut into many) share a task up to ``min_split_size`` bytes, in
+    at least ``parallelism`` tasks while there are splits for them. 300 files of 30 KB are 2 tasks on 2 cores,
+    not 300 (each a Python task with its scheduling); the splits of one large file stay one task each."""
+    small = [r for r in rows if r[3] - r[2] < min_split_size]
+    out = [[r] for r in rows if r[3] - r[2] >= min_split_size]
+    if not small:
+        return out
+    total = sum(r[3] - r[2] for r in small)
+    n = min(len(small), max(parallelism - len(out), -(-total // max(1, min_split_size)), 1))
+    groups: list[list[tuple]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for r in sorted(small, key=lambda r: r[2] - r[3]):  # largest first, each into the least loaded task
+        i = loads.index(min(loads))
+        groups[i].append(r)
+        loads[i] += r[3] - r[2]
+    return out + groups
+
+
 STAGED_FILE: Final[RowKind] = "staged_file"  # kind of the flows rows that report a file a task wrote (meta: a StagedFile)
 TASK_COUNTS: Final[RowKind] = "task_counts"  # kind of the flows rows with a task's counts per capture (meta: its CaptureCounts)
 STAGED_TABLES = ("connections", "frames", "decode_errors")  # what the decode tasks write themselves
@@ -454,23 +474,29 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
                                max_held_frames=conf["lifecycle.fused_max_held_frames"])
     flows = None
     if split_rows:
-        splits = spark.sparkContext.parallelize(split_rows, max(1, len(split_rows))).toDF(
+        tasks = pack_splits(split_rows, conf["capture.min_split_size"], spark.sparkContext.defaultParallelism)
+        # rows: the split rows; a partition per task of pack_splits (flatMap keeps each group in its partition)
+        splits = spark.sparkContext.parallelize(tasks, max(1, len(tasks))).flatMap(lambda group: group).toDF(
             from_arrow_schema(pipeline.SPLITS_SCHEMA)
         )
         packets = splits.mapInArrow(
             functools.partial(read_counted_splits, options=options, read_bytes=read_bytes),
             from_arrow_schema(pipeline.PACKETS_OUT_SCHEMA),
         )
+        parts = shuffle_partitions(spark, conf)
+        # many small captures (rotated files, a capture cut in pieces): by capture, so that a task writes one file per
+        # capture and table instead of every task one per capture it holds flows of (4 x 300 x 6 files for 300 captures)
+        by_capture = len(shuffled) > 2 * parts and all(f.size <= conf["capture.min_split_size"] for f in shuffled)
         flows = (
-            packets.repartition(shuffle_partitions(spark, conf), "flow_key")
+            packets.repartition(parts, "capture_id" if by_capture else "flow_key")
             .sortWithinPartitions("capture_id", "flow_key", "ts_us", "record_offset")
             .mapInArrow(decode, from_arrow_schema(options.flows_schema))
         )
     direct_rows = direct_plan(scans, spark.sparkContext.defaultParallelism)
     if direct_rows:
         # one task per row, each decoding its flows of the whole file: no packet crosses into the JVM
-        tasks = spark.sparkContext.parallelize(direct_rows, len(direct_rows)).toDF("task int, plan string")
-        direct = tasks.mapInArrow(
+        direct_tasks = spark.sparkContext.parallelize(direct_rows, len(direct_rows)).toDF("task int, plan string")
+        direct = direct_tasks.mapInArrow(
             lambda batches: decode(direct_packets(batches, options, read_bytes)), from_arrow_schema(options.flows_schema))
         flows = direct if flows is None else flows.unionByName(direct)
     try:

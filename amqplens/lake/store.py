@@ -226,6 +226,11 @@ class TableStore:
         from pyspark.sql import functions as F
 
         df = df.where(F.col(rkey).isin(list(pending)))
+        parts = int(self.spark.conf.get("spark.sql.shuffle.partitions"))
+        if len(pending) > 2 * parts:
+            # many units (captures): each task would write a file per unit it holds (partitions x units files,
+            # each then placed and committed); by unit, each unit's rows are one task's and one file
+            df = df.repartition(parts, rkey)
         self._clean_staging(name)
         token = uuid.uuid4().hex[:8]
         staging = self._path(name, STAGING, f"{run_id}-{token}")

@@ -46,3 +46,22 @@ def test_small_file_gets_one_split_per_core_and_the_same_packets(tmp_path):
     whole = offsets(0, f.size)
     assert len(whole) > 100
     assert [o for r in rows for o in offsets(r[2], r[3])] == whole
+
+
+def test_many_small_files_share_few_tasks_and_large_splits_keep_their_own():
+    """300 captures of 30 KB (a capture cut by editcap, rotated tcpdump files) were 300 Spark tasks of the read stage,
+    one per file; packed, they are one task per core, each split in exactly one task. Splits of min_split_size or
+    more (a large file's) stay a task each."""
+    from amqplens.jobs.ingest_captures import pack_splits
+
+    tiny = [(f"c{i}", f"/f{i}", 0, 30_000 + i, 0) for i in range(300)]
+    tasks = pack_splits(tiny, 8 * MIB, 2)
+    assert len(tasks) == 2
+    assert sorted(r for t in tasks for r in t) == sorted(tiny)
+    assert abs(sum(r[3] for r in tasks[0]) - sum(r[3] for r in tasks[1])) <= 30_300
+    big = [("b", "/big", i * 128 * MIB, (i + 1) * 128 * MIB, i) for i in range(3)]
+    tasks = pack_splits(big + tiny[:5], 8 * MIB, 2)
+    assert tasks[:3] == [[r] for r in big] and sorted(tasks[3]) == sorted(tiny[:5])
+    # 40 MiB of small splits: at most min_split_size each, so at least 5 tasks; no floor: a task per split
+    assert len(pack_splits([(f"c{i}", "/f", 0, MIB, 0) for i in range(40)], 8 * MIB, 2)) == 5
+    assert pack_splits(tiny[:3], 0, 2) == [[r] for r in tiny[:3]]

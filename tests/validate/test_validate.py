@@ -88,19 +88,17 @@ def _validate(spark, quality_lake, tmp_path, name: str, engine: str, **broken):
             df = small_batch(table(name), small, conf)
         else:
             df = batch(table(name), tables, conf).persist()
-        return {o.name: o for o in validate.outcomes(table(name), suites.validate(table(name), df, RunIdentifier(run_name="t")))}
+        return {o.name: o for o in suites.validate(table(name), df, RunIdentifier(run_name="t"))}
     finally:
         tables.close()
 
 
-ENGINES = pytest.mark.parametrize("engine", [validate.SPARK, validate.PANDAS])
-
-
-@ENGINES
-def test_broken_frames_fail_their_checks_and_name_the_rows(spark, quality_lake, tmp_path, engine):
+def _broken_frames(store):
+    """(demo's frame rows, (dup, orphan, enum, late) frame ids, a function breaking a frames slice): one key twice, a
+    frame of no connection, a dialect outside the set, a frame a day after the capture, every frame undecoded."""
     from pyspark.sql import functions as F
 
-    frames = quality_lake[1].read("frames").where(F.col("capture_id") == DEMO).orderBy("frame_id").collect()
+    frames = store.read("frames").where(F.col("capture_id") == DEMO).orderBy("frame_id").collect()
     dup, orphan, enum, late = (r.frame_id for r in frames[10:14])
 
     def broken(df):
@@ -110,6 +108,16 @@ def test_broken_frames_fail_their_checks_and_name_the_rows(spark, quality_lake, 
                 .withColumn("dialect", F.when(fid == enum, F.lit("0-9-2")).otherwise(F.col("dialect")))
                 .withColumn("ts", F.when(fid == late, F.col("ts") + F.expr("INTERVAL 1 DAY")).otherwise(F.col("ts")))
                 .withColumn("decode_error", F.lit("field_table: broken decoder")))
+
+    return frames, (dup, orphan, enum, late), broken
+
+
+ENGINES = pytest.mark.parametrize("engine", [validate.SPARK, validate.PANDAS])
+
+
+@ENGINES
+def test_broken_frames_fail_their_checks_and_name_the_rows(spark, quality_lake, tmp_path, engine):
+    frames, (dup, orphan, enum, late), broken = _broken_frames(quality_lake[1])
 
     out = _validate(spark, quality_lake, tmp_path, "frames", engine, frames=broken)
     failed = {n for n, o in out.items() if not o.success}
@@ -177,25 +185,103 @@ def test_observations_of_what_peers_do_are_never_critical():
 
 def test_cli_validate_fails_with_a_readable_summary_on_a_broken_lake(spark, quality_lake, tmp_path, capsys):
     """A duplicated frame key written into (a copy of) the lake: exit 4, the expectation and the key on stderr."""
-    from pyspark.sql import functions as F
-
-    conf, store = quality_lake
-    lake = tmp_path / "lake"
-    shutil.copytree(store.root, lake, ignore=shutil.ignore_patterns("_quality"))
-    from amqplens.lake.store import TableStore
-
-    copy = TableStore(spark, str(lake))
-    frames = copy.read("frames").where(F.col("capture_id") == DEMO)
-    dup = frames.orderBy("frame_id").first().frame_id
-    copy.write("frames", frames.union(frames.where(F.col("frame_id") == dup)).localCheckpoint(), units={DEMO: "test/duplicate"})
+    lake, dup, n = _broken_lake(spark, quality_lake, tmp_path)
     code = cli.main(["validate", "--lake", str(lake), "--capture-id", DEMO, "--run-id", "broken"])
     err = capsys.readouterr().err
     assert code == 4
     # the frame counted twice also breaks its connection's byte accounting
     direction = "to_server" if "-s-" in dup else "to_client"
     assert "2 critical expectation(s) failed on run broken (1 capture(s))" in err
-    assert f"frames: frames.key_unique (critical): 2 of {frames.count() + 1} rows unexpected" in err and dup in err
+    assert f"frames: frames.key_unique (critical): 2 of {n + 1} rows unexpected" in err and dup in err
     assert f"connections: connections.byte_accounting.{direction} (critical): 1 of " in err
     summary = json.loads((lake / "_quality" / "runs" / "broken.json").read_text())
     assert {f["name"] for f in summary["critical_failures"]} == {"frames.key_unique", f"connections.byte_accounting.{direction}"}
     assert (lake / "_quality" / "data_docs" / "index.html").exists()
+
+
+def _broken_lake(spark, quality_lake, tmp_path):
+    """A copy of the lake whose frames of the demo capture hold one key twice: (the copy, the key, demo's frame rows)."""
+    from pyspark.sql import functions as F
+
+    from amqplens.lake.store import TableStore
+
+    _, store = quality_lake
+    lake = tmp_path / "lake"
+    shutil.copytree(store.root, lake, ignore=shutil.ignore_patterns("_quality"))
+    copy = TableStore(spark, str(lake))
+    frames = copy.read("frames").where(F.col("capture_id") == DEMO)
+    dup = frames.orderBy("frame_id").first().frame_id
+    copy.write("frames", frames.union(frames.where(F.col("frame_id") == dup)).localCheckpoint(), units={DEMO: "test/duplicate"})
+    return lake, dup, frames.count()
+
+
+def test_a_broken_invariant_exits_4_with_the_same_message_on_both_paths(spark, quality_lake, tmp_path, capsys):
+    """The lake with a duplicated frame key, validated by the small runs' pandas path and by the Spark path (each
+    check counted in one pass, the failed ones validated by GX on the rows): exit 4 both times, the same lines."""
+    lake, dup, n = _broken_lake(spark, quality_lake, tmp_path)
+    errs = {}
+    for path, sets in (("pandas", []), ("spark", ["--set", "validate.pandas_max_rows=0"])):
+        code = cli.main(["validate", "--lake", str(lake), "--capture-id", DEMO, "--run-id", "broken", *sets])
+        errs[path] = capsys.readouterr().err
+        assert code == 4, path
+    assert f"frames: frames.key_unique (critical): 2 of {n + 1} rows unexpected" in errs["spark"] and dup in errs["spark"]
+    # the lines alike but for how a sample's value is written (pandas writes the accounted bytes as 1590.0, Spark 1590,
+    # as before the one-pass count): the failures, what was observed and the keys of the offending rows
+    def shown(err):
+        out = []
+        for line in err.splitlines():
+            if line.startswith(("validate:", "  ")):
+                head, _, samples = line.partition("; e.g. ")
+                out.append((head, [s.split(" (")[0] for s in samples.split("; ")] if samples else []))
+        return out
+
+    assert shown(errs["spark"]) == shown(errs["pandas"]) and len(shown(errs["spark"])) >= 4
+
+
+def test_one_pass_counts_flag_exactly_the_checks_gx_fails(spark, quality_lake):
+    """The tally of a table's checks (one Spark aggregate) against GX's Spark engine on the same batch, broken as in
+    the tests above (a repeated key, a missing connection, a dialect outside the set, a late frame, every frame
+    undecoded; a negative latency): a check's count is 0 exactly where GX finds no offending row, and otherwise GX's
+    count of them (uniqueness: the repeats of a key, where GX counts every row of a repeated key)."""
+    import great_expectations as gx
+    from pyspark.sql import functions as F
+
+    from amqplens.jobs.validate import tally
+
+    conf, store = quality_lake
+    frames, _, broken_frames = _broken_frames(store)
+
+    def negative(df):
+        first = df.where(F.col("settle_latency_us").isNotNull()).orderBy("delivery_id").first().delivery_id
+        return df.withColumn("settle_latency_us", F.when(F.col("delivery_id") == first, F.lit(-5)).otherwise(F.col("settle_latency_us")))
+
+    context = gx.get_context(mode="ephemeral")
+    source = context.data_sources.add_spark(name="t")
+    seen = {}
+    for name, broken in (("frames", {"frames": broken_frames}), ("deliveries", {"deliveries": negative}), ("connections", {})):
+        tables = RunTables(store, [DEMO])
+        for t, make in broken.items():
+            tables.slices[t] = make(tables.slices[t])
+        try:
+            df = batch(table(name), tables, conf).persist()
+            counted = tally.count(table(name), df, Settings())
+            suite = context.suites.add(ex.suite(table(name), Settings()))
+            data = source.add_dataframe_asset(name=name).add_batch_definition_whole_dataframe("b")
+            results = gx.ValidationDefinition(name=name, data=data, suite=suite).run(
+                batch_parameters={"dataframe": df}, result_format="BASIC").results
+        finally:
+            tables.close()
+        assert counted.rows == df.count()
+        for r in results:
+            check = r.expectation_config.meta["name"]
+            gx_bad = r.result.get("unexpected_count")
+            if check in counted.means:
+                assert r.result["observed_value"] == pytest.approx(counted.values[check]), check
+            elif gx_bad is not None:
+                assert (counted.values[check] == 0) == (gx_bad == 0), (check, gx_bad)
+                if not check.endswith("key_unique"):
+                    assert counted.values[check] == gx_bad, (check, gx_bad)
+                assert r.success or counted.values[check] > 0, check  # the tally never passes what GX fails
+            seen[check] = counted.values[check]
+    assert seen["frames.key_unique"] == 1 and seen["frames.enum.dialect"] == 1 and seen["frames.ref.connection_id"] == 1
+    assert seen["frames.decode_error_share"] == len(frames) + 1 and seen["deliveries.non_negative"] == 1

@@ -75,7 +75,7 @@ ERROR_KEYS = (
 # method argument -> frame column, for the arguments every metric needs
 FRAME_TEMPLATE = dict.fromkeys(FRAME_KEYS)
 # decode_errors.stage of a frame that framed but did not decode: its bytes are also the frame's, so
-# byte accounting (amqplens/jobs/validate/quality.py) and metrics_errors (amqplens/jobs/metrics/__init__.py) leave these rows out
+# byte accounting (amqplens/jobs/validate/quality.py) and metrics_errors (amqplens/jobs/metrics/faults.py) leave these rows out
 STAGE_FRAME = "frame"
 
 

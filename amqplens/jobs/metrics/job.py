@@ -1,0 +1,81 @@
+"""Job: lifecycle tables (+ connections, frames, decode_errors) -> metrics_latency, metrics_settlement, metrics_flow, metrics_errors.
+
+spark-submit jobs/metrics.py --lake DIR [--capture-id ID ...] [--config F] [--set k=v]
+
+Pure DataFrame -> DataFrame functions (``latency``, ``settlement``, ``flow``,
+``errors``) over the tables of the captures to do; ``run`` reads, calls them
+and writes through the TableStore, one unit per capture. The definitions of
+every metric are in amqplens/contracts/metrics.py and docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from amqplens.decode import __version__
+from amqplens.config import Config
+from amqplens.jobs.labels import label_maps, with_labels
+from amqplens.lake.store import TableStore
+from amqplens.jobs.metrics.faults import errors, peer_anomalies
+from amqplens.jobs.metrics.flow import flow
+from amqplens.jobs.metrics.inputs import DELIVERY_COLUMNS, control_frames, deliveries_with_queue
+from amqplens.jobs.metrics.percentiles import latency
+from amqplens.jobs.metrics.settlement import settlement
+
+log = logging.getLogger(__name__)
+JOB = "metrics"
+
+
+def app_id(capture_id: str, decoder_version: str, conf: Config) -> str:
+    return (f"amqplens/{JOB}/{capture_id}/{decoder_version}/{__version__}"
+            f"+b{conf['metrics.bucket']}")
+
+
+# ----------------------------------------------------------------------- job
+def _labelled(build, labels):
+    return lambda: with_labels(build(), labels)
+
+
+def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> list[str]:
+    """Build the metric tables for the given captures (default: every capture in the lake). Returns those done now."""
+    from pyspark.sql import functions as F
+
+    run_id = run_id or uuid.uuid4().hex[:12]
+    store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
+    found = store.read_arrow("captures", ["capture_id", "decoder_version"], capture_ids).to_pylist()  # no Spark job
+    units = {c["capture_id"]: app_id(c["capture_id"], c["decoder_version"], conf) for c in found}
+    pending = {cid: a for cid, a in units.items() if not store.committed("metrics_errors", a)}
+    if not pending:
+        return []
+    caps = F.broadcast(store.read("captures").select("capture_id", "capture_date", "first_ts")
+                       .where(F.col("capture_id").isin(list(pending))).cache())
+    read = lambda name: store.read(name).where(F.col("capture_id").isin(list(pending)))  # noqa: E731
+    frames = read("frames")
+    # rows: the frames that open, consume, close or failed to decode (a few per connection, channel and link,
+    # plus the bad ones); the whole frames table is only scanned by flow (column-pruned), never held
+    control = control_frames(frames).cache()
+    deliveries = deliveries_with_queue(read("deliveries").select(*DELIVERY_COLUMNS), control).cache()
+    connections = read("connections")
+    labels = label_maps(read("captures"), connections, control)
+    bucket_s = conf["metrics.bucket"]
+    # repeats counted before spreading (latencies, heartbeats) when there are enough rows for it to pay
+    counted = store.rows("frames", pending) + store.rows("deliveries", pending) >= conf["metrics.count_repeats_from_rows"]
+    # each table's query is built in its writer's thread (write_many): latency's end-to-end checkpoint and every
+    # query's analysis overlap the other queries
+    tables = (
+        ("metrics_latency", lambda: latency(deliveries, read("request_responses"), connections, control, caps, bucket_s,
+                                            counted=counted)),
+        ("metrics_settlement", lambda: settlement(deliveries, caps, bucket_s)),
+        ("metrics_flow", lambda: flow(read("flow_events"), connections, frames, caps, bucket_s, counted=counted)),
+        ("metrics_errors", lambda: errors(control, read("decode_errors"), caps, bucket_s,  # last: its transaction marks the capture done
+                                          peer_anomalies(read("deliveries"), read("flow_events")))),
+    )
+    try:
+        # the commits go in this order whatever the queries' order: metrics_errors last
+        store.write_many([(name, _labelled(build, labels)) for name, build in tables], units=pending, run_id=run_id,
+                         parallel=conf["metrics.concurrent_tables"])
+    finally:
+        for df in (control, deliveries, *labels.values()):
+            df.unpersist()
+    return list(pending)

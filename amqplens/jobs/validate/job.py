@@ -1,0 +1,118 @@
+"""Job: the expectation suites of amqplens/contracts/expectations.py over what a run wrote -> <lake>/_quality.
+
+spark-submit jobs/validate.py --lake DIR [--capture-id ID ...] [--run-id R] [--config F] [--set k=v]
+
+Each table is read once, filtered to the run's captures (default: every capture
+in the lake), given the extra columns the cross-row checks need (quality.py),
+and handed to its GX checkpoint as the batch parameter ``dataframe``. When no
+table of the run has more than ``validate.pandas_max_rows`` rows (the Delta
+log's statistics tell, without a Spark job), the rows are read with delta-rs,
+the extra columns computed in pandas (small.py) and GX's pandas engine
+validates them: no Spark job at all. Otherwise each batch is a Spark DataFrame
+whose checks are counted in one aggregate (tally.py: one Spark job per table);
+GX validates that tally, and only the checks it does not pass are validated by
+GX's Spark engine on the batch, with samples of the offending rows (engine.py).
+Both paths give the same outcomes (a test runs both on the same lake and
+compares every one).
+GX runs in an ephemeral context whose only files are under ``<lake>/_quality``:
+the validation results (``validations/``) and the data docs (``data_docs/``),
+next to one JSON summary per run (``runs/<run_id>.json``). A failed critical
+expectation raises ``ValidationFailed`` naming the table, the expectation, what
+was observed and a few keys of offending rows; warnings are only reported.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import pathlib
+import time
+import uuid
+
+from amqplens.config import Config
+from amqplens.contracts import ALL_TABLES
+from amqplens.jobs.validate.engine import Suites, gx_context
+from amqplens.jobs.validate.results import Outcome, ValidationFailed, message, summary as _summary
+
+# GX and the lake are imported when a validation runs: amqplens.cli imports the package for ValidationFailed.
+
+log = logging.getLogger(__name__)
+JOB = "validate"
+QUALITY = "_quality"
+
+
+# --------------------------------------------------------------------- job
+def quality_dir(store) -> pathlib.Path:
+    if "://" in store.root and not store.root.startswith("file://"):
+        raise ValueError(f"validate writes its results with the local filesystem; the lake {store.root} is not local")
+    return pathlib.Path(store.root.removeprefix("file://")) / QUALITY
+
+
+def _capture_ids(store, capture_ids: list[str] | None) -> list[str]:
+    from amqplens.jobs.validate.small import read_slice
+
+    if capture_ids is not None:
+        return sorted(set(capture_ids))
+    return sorted(read_slice(store, "captures", None, ["capture_id"])["capture_id"])
+
+
+def batches(store, ids: list[str], conf: Config):
+    """``(table, rows, batch)`` for every table with rows of the run: the batch a pandas frame when the run is small
+    (each table at most ``validate.pandas_max_rows`` rows: amqplens/jobs/validate/small.py, no Spark job), else a Spark
+    DataFrame (amqplens/jobs/validate/quality.py), counted in one pass (tally.py) and cached only for a second one."""
+    from amqplens.jobs.validate import quality
+    from amqplens.jobs.validate import small as quality_small
+    from amqplens.contracts.expectations import Settings
+
+    rows = {name: store.rows(name, ids) for name in ALL_TABLES}
+    small = max(rows.values(), default=0) <= conf["validate.pandas_max_rows"]
+    source = (quality_small.SmallRun(store, ids, Settings.from_config(conf)) if small
+              else quality.RunTables(store, ids))
+    try:
+        for name, t in ALL_TABLES.items():
+            if rows[name] == 0:  # nothing to hold to the suite (e.g. broker_events of a run without logs)
+                yield t, 0, None
+            elif small:
+                assert isinstance(source, quality_small.SmallRun)
+                yield t, rows[name], quality_small.batch(t, source, conf)
+            else:
+                assert isinstance(source, quality.RunTables)
+                # not cached: the tally reads it once; engine.Suites caches it for the checks the tally does not pass
+                yield t, rows[name], quality.batch(t, source, conf)
+    finally:
+        if not small:
+            assert isinstance(source, quality.RunTables)
+            source.close()
+
+
+def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> dict:
+    """Validate every table's rows of the given captures; returns the summary or raises ValidationFailed."""
+    from amqplens.lake.store import TableStore
+    from amqplens.contracts.expectations import Settings
+
+    run_id = run_id or uuid.uuid4().hex[:12]
+    store = TableStore(spark, conf["lake.root"])
+    quality = quality_dir(store)
+    ids = _capture_ids(store, capture_ids)
+    suites = Suites(gx_context(quality), Settings.from_config(conf), conf["validate.sample_keys"])
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    gx_run = RunIdentifier(run_name=run_id, run_time=dt.datetime.now(dt.timezone.utc))
+    results: list[Outcome] = []
+    rows: dict[str, int] = {}
+    for t, n, df in batches(store, ids, conf):
+        t0 = time.monotonic()
+        rows[t.name] = n
+        if df is None:
+            continue
+        results += suites.validate(t, df, gx_run)
+        rows[t.name] = suites.rows[t.name]
+        log.info("%s: %s rows validated in %.1fs", t.name, rows[t.name], time.monotonic() - t0)
+    suites.build_docs()
+    summary = _summary(run_id, ids, rows, results, quality)
+    (quality / "runs").mkdir(parents=True, exist_ok=True)
+    (quality / "runs" / f"{run_id}.json").write_text(json.dumps(summary, indent=1, default=str))
+    if not summary["success"]:
+        raise ValidationFailed(message(summary), summary)
+    return summary
