@@ -33,6 +33,7 @@ from typing import Any
 
 from amqplens.config import Config
 from amqplens.contracts import ALL_TABLES, Table
+from amqplens.jobs.validate import results_page
 
 # GX and the lake are imported when a validation runs: amqplens.cli imports this module for ValidationFailed.
 
@@ -211,6 +212,7 @@ def _summary(run_id: str, ids: list[str], rows: dict[str, int], results: list[Ou
         "warnings": [dataclasses.asdict(o) for o in failed if o.severity == "warning"],
         "expectations": [dataclasses.asdict(o) for o in results],
         "data_docs": str(quality / "data_docs" / "index.html"),
+        "results_page": str(quality / "index.html"),  # results_page.py: readable offline, unlike GX's data docs
     }
 
 
@@ -220,8 +222,8 @@ def message(summary: dict) -> str:
     lines = [f"validate: {len(crit)} critical expectation(s) failed on run {summary['run_id']} "
              f"({len(summary['capture_ids'])} capture(s))"]
     lines += [f"  {o['table']}: " + Outcome(**o).line() for o in crit]
-    lines += [f"  warning: {o['table']}: " + Outcome(**o).line() for o in summary["warnings"]]
-    lines.append(f"  data docs: {summary['data_docs']}")
+    lines += [line for o in summary["warnings"] for line in results_page.warning_lines(o)]
+    lines.append(f"  results: {summary['results_page']}")
     return "\n".join(lines)
 
 
@@ -285,6 +287,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     summary = _summary(run_id, ids, rows, results, quality)
     (quality / "runs").mkdir(parents=True, exist_ok=True)
     (quality / "runs" / f"{run_id}.json").write_text(json.dumps(summary, indent=1, default=str))
+    results_page.write(quality, summary)
     if not summary["success"]:
         raise ValidationFailed(message(summary), summary)
     return summary
