@@ -59,14 +59,15 @@ ANOMALIES: dict[str, str] = {
                           "a look",
     "command_id_reused": "an AMQP 0-10 command id was reused while the first command was open: a peer bug worth a look",
     "frame_on_closed_channel": "a frame on a channel already closed: the peer ignored the close; usually harmless",
-    "return_window_exceeded": "a basic.return came later than the broker's returns are expected; check the capture's "
-                              "ordering",
+    "return_window_exceeded": "more mandatory publishes awaited a possible basic.return than amqplens tracks "
+                              "(lifecycle bound); the oldest was taken as routed: harmless, unless it was in fact "
+                              "returned much later",
     "nacked_after_return": "the broker nacked a publish it had already returned: a broker quirk, the message is lost "
                            "either way",
     "settle_rolled_back": "a settle inside a transaction was rolled back: the message is delivered again; normal with "
                           "transactions",
-    "uncommitted_settle": "a transactional settle whose commit the capture did not see (the connection ended first); "
-                          "the broker redelivers it",
+    "uncommitted_settle": "a settle inside a transaction that was never committed (the channel closed, the capture "
+                          "ended or the client recovered first): the broker delivers the message again",
     "settled_twice": "a delivery was settled twice; the second settle changes nothing: a client bug worth a look",
     "state_regressed": "an AMQP 1.0 receiver stated a delivery state that goes back on an earlier one; a peer quirk",
     "state_*": "the receiver stated this outcome but nobody settled the delivery before the capture ended; usually "
