@@ -248,9 +248,9 @@ def _validate(spark, conf, ids, run_id) -> None:
     with Stage("validate", spark) as stage:
         summary = validate.run(spark, conf, ids, run_id=run_id)
         stage.done(f"{len(summary['expectations'])} expectations on {len(summary['capture_ids'])} capture(s), "
-                   f"{len(summary['warnings'])} warning(s); data docs: {summary['data_docs']}")
+                   f"{len(summary['warnings'])} warning(s); results: {summary['results_page']}")
     for w in summary["warnings"]:
-        print(f"  warning: {w['table']}: {validate.Outcome(**w).line()}")
+        print("\n".join(validate.results_page.warning_lines(w)))
 
 
 def _stage_command(spark, conf, stage: str, capture_ids, run_id) -> None:

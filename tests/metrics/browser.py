@@ -21,12 +21,16 @@ def chromium() -> str | None:
     return shutil.which("chromium")
 
 
+# No network: every request that is not a file goes to a closed port or fails to resolve.
+OFFLINE = ("--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND")
+
+
 class Browser:
     """One headless chromium with a fresh profile; ``open(url)`` returns what happened on the page."""
 
-    def __init__(self, profile: pathlib.Path, width: int = 1280, height: int = 1600):
+    def __init__(self, profile: pathlib.Path, width: int = 1280, height: int = 1600, flags: tuple[str, ...] = ()):
         profile.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen([chromium(), *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
+        self.proc = subprocess.Popen([chromium(), *FLAGS, *flags, f"--user-data-dir={profile}", "--remote-debugging-port=0",
                                       f"--window-size={width},{height}", "about:blank"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         port_file = profile / "DevToolsActivePort"

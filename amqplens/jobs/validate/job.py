@@ -32,6 +32,7 @@ import uuid
 
 from amqplens.config import Config
 from amqplens.contracts import ALL_TABLES
+from amqplens.jobs.validate import results_page
 from amqplens.jobs.validate.engine import Suites, gx_context
 from amqplens.jobs.validate.results import Outcome, ValidationFailed, message, summary as _summary
 
@@ -113,6 +114,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     summary = _summary(run_id, ids, rows, results, quality)
     (quality / "runs").mkdir(parents=True, exist_ok=True)
     (quality / "runs" / f"{run_id}.json").write_text(json.dumps(summary, indent=1, default=str))
+    results_page.write(quality, summary)
     if not summary["success"]:
         raise ValidationFailed(message(summary), summary)
     return summary

@@ -9,6 +9,7 @@ import pathlib
 from typing import Any
 
 from amqplens.contracts import Table
+from amqplens.jobs.validate import results_page
 
 
 class ValidationFailed(RuntimeError):
@@ -79,6 +80,7 @@ def summary(run_id: str, ids: list[str], rows: dict[str, int], results: list[Out
         "warnings": [dataclasses.asdict(o) for o in failed if o.severity == "warning"],
         "expectations": [dataclasses.asdict(o) for o in results],
         "data_docs": str(quality / "data_docs" / "index.html"),
+        "results_page": str(quality / "index.html"),  # results_page.py: readable offline, unlike GX's data docs
     }
 
 
@@ -88,6 +90,6 @@ def message(summary: dict) -> str:
     lines = [f"validate: {len(crit)} critical expectation(s) failed on run {summary['run_id']} "
              f"({len(summary['capture_ids'])} capture(s))"]
     lines += [f"  {o['table']}: " + Outcome(**o).line() for o in crit]
-    lines += [f"  warning: {o['table']}: " + Outcome(**o).line() for o in summary["warnings"]]
-    lines.append(f"  data docs: {summary['data_docs']}")
+    lines += [line for o in summary["warnings"] for line in results_page.warning_lines(o)]
+    lines.append(f"  results: {summary['results_page']}")
     return "\n".join(lines)
