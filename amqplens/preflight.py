@@ -81,11 +81,11 @@ def check(args, conf: Config) -> None:
     command = args.command
     expand_inputs(getattr(args, "input", None) or [], conf["inputs.roots"])
     log_specs_exist(getattr(args, "logs", None) or [])
+    if command in ("run", "demo", "report"):
+        writable_dir(getattr(args, "out", None) or conf["report.out"], "report folder")
     if command in NEEDS_LAKE:
         existing_lake(conf["lake.root"])
     if command in READS_LAKE:
         not_a_file(conf["lake.root"], "lake")
     else:
         writable_dir(conf["lake.root"], "lake")
-    if command in ("run", "demo", "report"):
-        writable_dir(getattr(args, "out", None) or conf["report.out"], "report folder")

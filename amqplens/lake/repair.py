@@ -103,7 +103,9 @@ def plan(root: str, problems: list[lake_check.Problem], given: list[str]) -> Pla
     by_id = {f.capture_id: f.path for f in capture_files(given, [])} if given else {}
     from amqplens.logs import LOG_FORMATS
 
-    inputs, logs, missing = set(), set(), {}
+    inputs: set[str] = set()
+    logs: set[str] = set()
+    missing: dict[str, str] = {}
     for cid in sorted(affected):
         path, fmt = by_id.get(cid) or known.get(cid, (None, None))[0], known.get(cid, (None, None))[1]
         if path and (cid in by_id or os.path.isfile(path)):
