@@ -136,6 +136,7 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
         _import_in_background(*later_imports(conf))
     ids = []
     fused: set[str] = set()  # captures whose lifecycle tables the ingest wrote (lifecycle.fused)
+    unmarked: dict[str, tuple[str, str]] = {}  # failed in the ingest after some commits: no captures row, not going on
     if inputs:
         with Stage("ingest-captures", spark) as stage:
             result = ingest_captures.run(spark, conf, inputs, run_id=run_id)
@@ -144,6 +145,7 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
                                     "broker log(s) left alone (give them with --logs)", by_other=result.by_other))
         ids += [c["capture_id"] for c in result.captures] + result.skipped + list(result.failed)
         fused = set(result.lifecycle)
+        unmarked = result.unmarked
     if logs:  # after the captures (its events join their connections), before lifecycle (trace frames feed it)
         with Stage("ingest-logs", spark) as stage:
             done = ingest_logs.run(spark, conf, logs, run_id=run_id)
@@ -152,7 +154,7 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
         ids += [r["capture_id"] for r in done.logs] + done.skipped + list(done.failed)
     all_ids = list(ids)
     if only_ingest:
-        _raise_if_captures_failed(spark, conf, ids)
+        _raise_if_captures_failed(spark, conf, ids, unmarked)
         return None
     ids = _without_failed(spark, conf, ids)
     with Stage("lifecycle", spark) as stage:
@@ -173,7 +175,7 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
         with Stage("report", spark) as stage:
             page = report.run(spark, conf)
             stage.done(str(page))
-    _raise_if_captures_failed(spark, conf, all_ids)
+    _raise_if_captures_failed(spark, conf, all_ids, unmarked)
     return page
 
 
@@ -210,8 +212,12 @@ def _without_failed(spark, conf, ids) -> list[str]:
     return [cid for cid in ids if cid not in failed]
 
 
-def _raise_if_captures_failed(spark, conf, ids) -> None:
-    failed = _failed_rows(spark, conf, ids)
+def _raise_if_captures_failed(spark, conf, ids, unmarked=None) -> None:
+    """CapturesFailed for the captures of ``ids`` whose row says failed, and ``unmarked`` (capture id -> (path, error):
+    failed with some tables committed, no row written; the next run finishes them)."""
+    failed = _failed_rows(spark, conf, ids) | {cid: (path, f"{error} (its committed tables are kept; no captures row "
+                                                            "is written, the next run finishes it)")
+                                               for cid, (path, error) in (unmarked or {}).items()}
     if failed:
         raise CapturesFailed(failed)
 
@@ -526,6 +532,8 @@ def console() -> None:
     global _program
 
     _program = True
+    global _stderr_fd
+    _stderr_fd = os.dup(2)  # while the JVM starts, fd 2 is its log file (quiet_jvm): the Ctrl-C line goes here
     signal.signal(signal.SIGINT, _interrupted)
     try:
         code = main()
@@ -554,9 +562,12 @@ def _interrupted(signum, frame) -> None:
     line = (f"\namqplens: interrupted {where}; what was committed before stays, nothing half-written counts; "
             "the same command again finishes the work\n")
     try:
-        os.write(2, line.encode())
+        os.write(_stderr_fd, line.encode())
     finally:
         os._exit(130)
+
+
+_stderr_fd = 2  # the terminal's stderr, kept by console()
 
 
 def job_main(job: str, argv: list[str] | None = None) -> int:

@@ -69,6 +69,9 @@ class IngestResult:
     not_captures: dict[str, str] = dataclasses.field(default_factory=dict)
     # capture ids of ``captures`` that another run committed while this one worked on them (two runs at once)
     by_other: list[str] = dataclasses.field(default_factory=list)
+    # capture id -> (path, error) of failed captures some of whose tables were committed: no captures row is written
+    # for them (one saying failed would contradict their stored rows), so the next run finishes them, as after a kill
+    unmarked: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
 
 
 
@@ -365,10 +368,13 @@ def run_files(spark, conf: Config, files: list[CaptureFile], run_id: str | None 
         return _ingest(spark, conf, store, [by_id[cid] for cid in ids], units, options, run_id, fp, fused, by_other)
 
     done = isolation.isolated(JOB, list(by_id), ingest, lambda cid: ingest([cid]))
-    isolation.mark_failed(spark, store, done.failed, apps, run_id,
-                          rows={cid: _capture_row(by_id[cid], None, EPOCH_DAY, CaptureCounts(), 0, run_id, fp) for cid in done.failed})
-    return IngestResult(run_id, done.results, skipped, done.failed, [cid for cid in fused if cid not in done.failed],
-                        by_other=by_other)
+    stored = {cid for cid in done.failed if any(store.rows(name, [cid]) for name in (*STAGED_TABLES, *lifecycle.TABLES))}
+    unmarked = {cid: (by_id[cid].path, done.failed[cid]) for cid in stored}
+    failed = {cid: e for cid, e in done.failed.items() if cid not in stored}
+    isolation.mark_failed(spark, store, failed, apps, run_id,
+                          rows={cid: _capture_row(by_id[cid], None, EPOCH_DAY, CaptureCounts(), 0, run_id, fp) for cid in failed})
+    return IngestResult(run_id, done.results, skipped, failed, [cid for cid in fused if cid not in done.failed],
+                        by_other=by_other, unmarked=unmarked)
 
 
 def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], units: dict[str, str], options, run_id: str,

@@ -43,15 +43,26 @@ log = logging.getLogger(__name__)
 
 COMMIT_ATTEMPTS = 5  # commits tried when other writers keep committing first: a few concurrent runs, not a storm
 # "commit:<table>": the process kills itself (SIGKILL) right after committing that table. For the crash-restart test,
-# which needs a run to die between two commits that follow each other within milliseconds.
+# which needs a run to die between two commits that follow each other within milliseconds. "raise:<table>": the
+# commit after that table's raises instead (a failure the run survives: the damage tests' half-committed capture).
 FAILPOINT_ENV = "AMQPLENS_FAILPOINT"
 
 
+class FailPoint(RuntimeError):
+    pass
+
+
 def _failpoint(event: str, name: str) -> None:
-    if os.environ.get(FAILPOINT_ENV) == f"{event}:{name}":
+    point = os.environ.get(FAILPOINT_ENV)
+    if point == f"{event}:{name}":
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)
+    if point == f"raise:{name}" and event == "commit":
+        os.environ[FAILPOINT_ENV] = "raised"  # the next commit raises (once: the retry of the capture alone commits)
+    elif point == "raised" and event == "before":
+        del os.environ[FAILPOINT_ENV]
+        raise FailPoint(f"failpoint: the commit of table {name} failed")
 
 
 class LakeConflict(RuntimeError):
@@ -404,6 +415,7 @@ class TableStore:
         """
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
+                _failpoint("before", t.name)
                 self._commit(t, dt, adds, self._removals(t, dt, set(pending)), pending, run_id)
                 _failpoint("commit", t.name)
                 return True

@@ -244,7 +244,32 @@ def test_vacuum_says_what_it_keeps_and_why(logs_damaged):
     ok(out["check_vacuumed"])
     help_text = subprocess.run([sys.executable, "-m", "amqplens.cli", "vacuum", "--help"], cwd=ROOT, capture_output=True,
                                text=True).stdout
-    assert "--retention-hours H" in help_text and "older snapshot" in help_text
+    help_text = " ".join(help_text.split())  # argparse wraps it to the terminal's width
+    assert "--retention-hours H keep the files" in help_text and "older snapshot" in help_text
+
+
+def test_a_capture_failing_after_some_commits_gets_no_captures_row_that_contradicts_them(work, clean):
+    """Before (case 2's second half): a capture whose frames were committed and whose next table failed got a captures
+    row saying `failed ... packets=0 connections=0`, contradicting its 492 stored frames. Now it gets no row (as
+    after a kill between two commits): the run exits 3 naming it, check names its rows, the next run finishes it."""
+    from amqplens.lake.store import FAILPOINT_ENV, TableStore
+
+    lake = copy(clean, work / "half")
+    cmd = [sys.executable, "-m", "amqplens.cli", "run", "--input", str(OTHER), "--lake", str(lake), *SETS,
+           "--set", f"report.out={work / 'report'}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, FAILPOINT_ENV: "raise:frames"})  # decode_errors' commit raises
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert str(OTHER) in proc.stderr and "the next run finishes it" in proc.stderr
+    store = TableStore(None, str(lake))
+    caps = store.read_arrow("captures", ["capture_id", "path"]).to_pylist()
+    assert [c["path"] for c in caps] == [str(DEMO)]  # no row for the half-committed capture
+    cid = subprocess.run(["sha256sum", str(OTHER)], capture_output=True, text=True).stdout.split()[0]
+    assert store.rows("frames", [cid]) > 0 and store.rows("decode_errors", [cid]) == 0
+    checked = cli("check", lake=lake)
+    assert checked.returncode == EXIT_DAMAGED
+    assert f"table frames, version 1: holds {store.rows('frames', [cid])} rows of capture {cid[:12]}, which captures " \
+        "does not know" in checked.stdout
 
 
 def _interrupt_when(lake, tmp, ready) -> subprocess.CompletedProcess:
