@@ -331,7 +331,12 @@ def start_spark(conf, *, verbose: bool):
         conf = conf.with_overrides(spark__progress_bar="off")
     log_file = None if verbose or not starts_jvm() else writable_log_file(log_file_for(conf["lake.root"]))
     with quiet_jvm(log_file):
-        return get_spark(conf)
+        spark = get_spark(conf)
+    if _program:  # pyspark's SparkContext installs its own SIGINT handler (cancel the jobs, raise KeyboardInterrupt)
+        import signal
+
+        signal.signal(signal.SIGINT, _interrupted)
+    return spark
 
 
 def dispatch(args) -> int:
