@@ -2,7 +2,8 @@
 
 Exit status: 0 all good; 2 usage (arguments, config, inputs); 3 completed, but some captures failed
 (each marked ``failed`` in ``captures`` with its error; a rerun retries only them); 4 an invariant
-broke (a critical expectation failed); 1 anything else (no Java, an internal error).
+broke (a critical expectation failed); 5 the lake is damaged (``amqplens check`` names each problem; a command
+that writes refuses a damaged table); 130 interrupted (Ctrl-C); 1 anything else (no Java, an internal error).
 
 The stages and their order come from amqplens/stages.py, which also names the
 spark-submit entry scripts (``jobs/<stage>.py``, outside the package: they call
@@ -14,14 +15,16 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import pathlib
 import sys
 
 from amqplens import preflight, stages
 from amqplens.config import ConfigError, add_config_arguments, config_from_args
 from amqplens.inputs import InputError
-from amqplens.progress import Stage, log_file_for, quiet_jvm
+from amqplens.progress import Stage, log_file_for, quiet_jvm, writable_log_file
 from amqplens.jobs.validate import ValidationFailed
+from amqplens.lake import check as lake_check
 
 DEMO_CAPTURE = pathlib.Path(__file__).resolve().parent / "data" / "demo.pcap"
 
@@ -65,9 +68,20 @@ def build_parser() -> argparse.ArgumentParser:
     _out_argument(demo)
     summary = sub.add_parser("summary", help="print what the lake holds")
     _common(summary, inputs=False)
-    vac = sub.add_parser("vacuum", help="delete files no table snapshot references")
+    vac = sub.add_parser("vacuum", help="delete files no table snapshot references and that were removed from the "
+                         "tables more than --retention-hours ago")
     _common(vac, inputs=False)
-    vac.add_argument("--retention-hours", type=int, default=168)
+    vac.add_argument("--retention-hours", type=int, default=168, metavar="H",
+                     help="keep the files a table stopped referencing less than H hours ago (replaced captures' files: "
+                          "a reader of an older snapshot may still read them); 0 deletes them now (default 168, a week)")
+    check = sub.add_parser("check", help="verify every table: its log, every file it references, its rows against "
+                           f"captures; one line per problem, exit {lake_check.EXIT_DAMAGED} when there is one (no Spark)")
+    _common(check, inputs=False)
+    rep = sub.add_parser("repair", help="restore damaged tables to their last good version and derive the affected "
+                         "captures again from their input files, then check again")
+    _common(rep, inputs=False)
+    rep.add_argument("--input", nargs="+", default=[], metavar="PATH",
+                     help="input files of captures that are no longer at the path their captures row records")
     return parser
 
 
@@ -118,8 +132,9 @@ def later_imports(conf) -> list[str]:
     return [*(["great_expectations"] if conf["validate.enabled"] else []), "matplotlib.figure", "matplotlib.backends.backend_agg"]
 
 
-def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=(), out: str | None = None):
-    """Every stage in order; returns the report page (None with only_ingest)."""
+def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=(), out: str | None = None,
+                report_too: bool = True):
+    """Every stage in order; returns the report page (None with only_ingest or without ``report_too``)."""
     from amqplens.jobs import ingest_captures
     from amqplens.jobs import ingest_logs
     from amqplens.jobs import lifecycle
@@ -132,14 +147,18 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
     fused: set[str] = set()  # captures whose lifecycle tables the ingest wrote (lifecycle.fused)
     left: dict[str, str] = {}  # files of the other kind given to a single ingest command: path -> why
     logs = list(logs)
+    unmarked: dict[str, tuple[str, str]] = {}  # failed in the ingest after some commits: no captures row, not going on
     if inputs:
         with Stage("ingest-captures", spark) as stage:
             result = ingest_captures.run(spark, conf, inputs, run_id=run_id)
+            written = [c for c in result.captures if c["capture_id"] not in result.by_other]
             # `run` hands a broker log given with --input to the logs stage; `ingest-captures` leaves it (exit 2)
             routed = "broker log(s) left alone (give them with --logs)" if only_ingest else "broker log(s) passed on to ingest-logs"
-            stage.done(_ingest_line("capture", result.captures, result.skipped, result.failed, result.not_captures, routed))
+            stage.done(_ingest_line("capture", written, result.skipped, result.failed, result.not_captures, routed,
+                                    by_other=result.by_other))
         ids += [c["capture_id"] for c in result.captures] + result.skipped + list(result.failed)
         fused = set(result.lifecycle)
+        unmarked = dict(result.unmarked)
         if only_ingest:
             left.update(result.not_captures)
         else:
@@ -159,9 +178,10 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
                 stage.done(_ingest_line("capture", result.captures, result.skipped, result.failed, {}, ""))
             ids += [c["capture_id"] for c in result.captures] + result.skipped + list(result.failed)
             fused |= set(result.lifecycle)
+            unmarked.update(result.unmarked)
     all_ids = list(ids)
     if only_ingest:
-        _raise_if_captures_failed(spark, conf, ids)
+        _raise_if_captures_failed(spark, conf, ids, unmarked)
         if left:
             raise InputError("; ".join(f"{path}: {why}" for path, why in sorted(left.items()))
                              + " (left alone; every other file was ingested)")
@@ -180,20 +200,24 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
     if conf["validate.enabled"]:
         _validate(spark, conf, ids, run_id)
     _await_imports()
-    with Stage("report", spark) as stage:
-        page = report.run(spark, conf, out)
-        stage.done(str(page))
-    _raise_if_captures_failed(spark, conf, all_ids)
+    page = None
+    if report_too:
+        with Stage("report", spark) as stage:
+            page = report.run(spark, conf, out)
+            stage.done(str(page))
+    _raise_if_captures_failed(spark, conf, all_ids, unmarked)
     return page
 
 
-def _ingest_line(what: str, written: list, skipped: list, failed: dict, left: dict, left_what: str) -> str:
-    """An ingest stage's line: files written, already done, failed, and left alone as files of the other kind.
-    A file whose row says failed (nothing readable in it, or a stage raised on it) counts as failed, not written."""
+def _ingest_line(what: str, written: list, skipped: list, failed: dict, left: dict, left_what: str, by_other=()) -> str:
+    """An ingest stage's line: files written, already done (some, perhaps, by another run at the same time), failed,
+    and left alone as files of the other kind. A file whose row says failed (nothing readable in it, or a stage raised
+    on it) counts as failed, not written."""
+    other = f" ({len(by_other)} by another run at the same time)" if by_other else ""
     bad = set(failed) | {r["capture_id"] for r in written if r.get("status") == "failed"}
     ok = [r for r in written if r["capture_id"] not in bad]
-    return (f"{len(ok)} {what}(s) written, {len(skipped)} already done" + (f", {len(bad)} failed" if bad else "")
-            + (f", {len(left)} {left_what}" if left else ""))
+    return (f"{len(ok)} {what}(s) written, {len(skipped) + len(by_other)} already done{other}"
+            + (f", {len(bad)} failed" if bad else "") + (f", {len(left)} {left_what}" if left else ""))
 
 
 class CapturesFailed(Exception):
@@ -221,8 +245,12 @@ def _without_failed(spark, conf, ids) -> list[str]:
     return [cid for cid in ids if cid not in failed]
 
 
-def _raise_if_captures_failed(spark, conf, ids) -> None:
-    failed = _failed_rows(spark, conf, ids)
+def _raise_if_captures_failed(spark, conf, ids, unmarked=None) -> None:
+    """CapturesFailed for the captures of ``ids`` whose row says failed, and ``unmarked`` (capture id -> (path, error):
+    failed with some tables committed, no row written; the next run finishes them)."""
+    failed = _failed_rows(spark, conf, ids) | {cid: (path, f"{error} (its committed tables are kept; no captures row "
+                                                            "is written, the next run finishes it)")
+                                               for cid, (path, error) in (unmarked or {}).items()}
     if failed:
         raise CapturesFailed(failed)
 
@@ -261,7 +289,7 @@ def _stage_command(spark, conf, stage: str, capture_ids, run_id) -> None:
     if capture_ids is None:
         store = TableStore(spark, conf["lake.root"])
         capture_ids = [r.capture_id for r in store.read("captures").select("capture_id").collect()]
-    ids = _without_failed(spark, conf, capture_ids)
+    ids = [cid for cid in _without_failed(spark, conf, capture_ids) if cid not in _damaged]
     done, _ = _isolated_stage(spark, conf, stage, stages.stage(stage).load().run, ids, run_id)
     print(f"{stage}: {len(done)} capture(s) written")
     _raise_if_captures_failed(spark, conf, ids)
@@ -274,12 +302,12 @@ def table_sizes(store) -> dict[str, tuple[int | None, int | None]]:
 
     sizes: dict[str, tuple[int | None, int | None]] = {}
     for name in ALL_TABLES:
-        dt = store.delta(name)
-        if dt is None:
-            sizes[name] = (None, None)
-            continue
-        records = dt.get_add_actions(flatten=True).column("num_records").to_pylist()
-        sizes[name] = (sum(r or 0 for r in records), dt.version())
+        try:
+            dt = store.delta(name)
+            records = [] if dt is None else dt.get_add_actions(flatten=True).column("num_records").to_pylist()
+        except Exception:  # noqa: BLE001 - a damaged log: `amqplens check` names it; the summary shows the rest
+            dt = None
+        sizes[name] = (None, None) if dt is None else (sum(r or 0 for r in records), dt.version())
     return sizes
 
 
@@ -354,9 +382,14 @@ def start_spark(conf, *, verbose: bool):
     check_java()
     if conf["spark.progress_bar"] == "auto":
         conf = conf.with_overrides(spark__progress_bar="off")
-    log_file = None if verbose or not starts_jvm() else log_file_for(conf["lake.root"])
+    log_file = None if verbose or not starts_jvm() else writable_log_file(log_file_for(conf["lake.root"]))
     with quiet_jvm(log_file):
-        return get_spark(conf)
+        spark = get_spark(conf)
+    if _program:  # pyspark's SparkContext installs its own SIGINT handler (cancel the jobs, raise KeyboardInterrupt)
+        import signal
+
+        signal.signal(signal.SIGINT, _interrupted)
+    return spark
 
 
 def dispatch(args) -> int:
@@ -375,6 +408,22 @@ def dispatch(args) -> int:
     except InputError as exc:
         print(f"amqplens: {exc}", file=sys.stderr)
         return 2
+    root = conf["lake.root"]
+    if args.command == "check":
+        return _check(root)
+    if args.command == "repair":
+        return _repair(args, conf)
+    # the cheap part of check: a damaged log stops every command before it starts; a capture's damaged files are
+    # named, and left out (a run of that capture's input derives it again)
+    problems = lake_check.check(root)
+    blocking = [p for p in problems if p.whole_table]
+    if blocking:
+        print(f"amqplens: {lake_check.LakeDamaged(root, blocking, 'nothing was done')}", file=sys.stderr)
+        return lake_check.EXIT_DAMAGED
+    _warn_damaged(problems)
+    if args.command == "vacuum":  # delta-rs only: no Spark
+        _vacuum(conf, args.retention_hours)
+        return _after(root, args.command, problems)
     if args.command in ("run", "demo"):  # while the JVM starts (its own process), Python imports what comes last
         _import_in_background(*later_imports(conf))
     try:
@@ -403,13 +452,9 @@ def dispatch(args) -> int:
             print(f"\nreport: {page}")
         elif args.command == "summary":
             print_summary(spark, conf)
-        elif args.command == "vacuum":
-            from amqplens.lake.store import TableStore
-            from amqplens.contracts import ALL_TABLES
-
-            store = TableStore(spark, conf["lake.root"])
-            for name in ALL_TABLES:
-                print(f"{name}: {len(store.vacuum(name, args.retention_hours))} file(s) deleted")
+    except lake_check.LakeDamaged as exc:
+        print(f"amqplens: {exc}", file=sys.stderr)
+        return lake_check.EXIT_DAMAGED
     except ValidationFailed as exc:
         print(f"amqplens: {exc}", file=sys.stderr)
         return 4
@@ -419,7 +464,105 @@ def dispatch(args) -> int:
     except InputError as exc:
         print(f"amqplens: {exc}", file=sys.stderr)
         return 2
+    return _after(root, args.command, problems)
+
+
+_damaged: frozenset[str] = frozenset()  # captures whose files the cheap check found damaged (left out of the stages)
+
+
+def _warn_damaged(problems: list[lake_check.Problem]) -> None:
+    """One line per damaged capture file; those captures are left out of the stages, except a run of their input,
+    which derives them again (``TableStore.redo``)."""
+    global _damaged
+    from amqplens.lake.store import TableStore
+
+    for p in problems:
+        print(f"amqplens: warning: {p.line()}", file=sys.stderr)
+    _damaged = frozenset(lake_check.damaged_captures(problems))
+    TableStore.redo = _damaged
+
+
+def _after(root: str, command: str, before: list[lake_check.Problem]) -> int:
+    """The exit of a command that completed: a command that only reads (summary, report, vacuum) on a lake still
+    damaged exits ``EXIT_DAMAGED``, after one line; a run that derived its damaged captures again leaves no problem."""
+    if not before:
+        return 0
+    left = lake_check.check(root)
+    if not left:
+        print("amqplens: the damaged capture(s) were derived again; the lake is whole", file=sys.stderr)
+        return 0
+    print(f"amqplens: the lake is damaged ({len(left)} problem(s), named above); the rows of the captures they name "
+          f"were left out. `amqplens repair --lake {root}` derives them again", file=sys.stderr)
+    return lake_check.EXIT_DAMAGED if command in preflight.READS_LAKE else 0
+
+
+def _check(root: str) -> int:
+    """``amqplens check``: one line per problem on stdout; exit 0 when the lake is whole."""
+    problems = lake_check.check(root, deep=True)
+    for p in problems:
+        print(p.line())
+    if problems:
+        print(f"amqplens: {len(problems)} problem(s); `amqplens repair --lake {root}` restores the tables from their "
+              "captures", file=sys.stderr)
+        return lake_check.EXIT_DAMAGED
+    print(f"check: {root}: every table is whole")
     return 0
+
+
+def _repair(args, conf) -> int:
+    """``amqplens repair``: restore damaged logs, derive the affected captures again, check again."""
+    from amqplens.lake import repair
+    from amqplens.lake.store import TableStore
+    from amqplens.session import JavaMissing
+
+    root = conf["lake.root"]
+    problems = lake_check.check(root, deep=True)
+    if not problems:
+        print(f"repair: {root}: every table is whole; nothing to do")
+        return 0
+    for p in problems:
+        print(f"repair: found: {p.line()}")
+    plan = repair.plan(root, problems, args.input)
+    for line in plan.lines:
+        print(f"repair: {line}")
+    for cid, path in plan.missing.items():
+        print(f"amqplens: capture {cid[:12]}: its input {path} is gone; give the file with --input to derive it again",
+              file=sys.stderr)
+    if plan.inputs or plan.logs:
+        print(f"repair: deriving {len(plan.affected) - len(plan.missing)} capture(s) again from their inputs")
+        try:
+            spark = start_spark(conf, verbose=args.verbose)
+        except JavaMissing as exc:
+            print(f"amqplens: {exc}", file=sys.stderr)
+            return 1
+        TableStore.redo = frozenset(plan.affected)
+        try:
+            _run_stages(spark, conf.with_overrides(validate__enabled=False), plan.inputs, args.run_id, logs=plan.logs,
+                        report_too=False)
+        except CapturesFailed as exc:
+            print(f"amqplens: {exc}", file=sys.stderr)
+        finally:
+            TableStore.redo = frozenset()
+    left = lake_check.check(root, deep=True)
+    for p in left:
+        print(f"amqplens: still: {p.line()}", file=sys.stderr)
+    if left or plan.missing:
+        return lake_check.EXIT_DAMAGED
+    print(f"repair: {root}: every table is whole")
+    return 0
+
+
+def _vacuum(conf, retention_hours: int) -> None:
+    from amqplens.contracts import ALL_TABLES
+    from amqplens.lake.store import TableStore
+
+    store = TableStore(None, conf["lake.root"])
+    kept = 0
+    for name in ALL_TABLES:
+        kept += store.vacuum_kept(name, retention_hours)
+        print(f"{name}: {len(store.vacuum(name, retention_hours))} file(s) deleted")
+    print(f"vacuum: {kept} file(s) of replaced rows kept: removed from their table less than {retention_hours} h ago, "
+          "a reader of an older snapshot may still need them (--retention-hours 0 deletes them now)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -441,12 +584,15 @@ def console() -> None:
     session plus one threaded Arrow scan, 0 of 8 with this exit). The skipped full collection of the run's objects
     also made the exit slow (1.1 s -> 0.45 s from the last line to the prompt on a small capture's run).
     """
-    import os
+    import signal
     import traceback
 
     global _program
 
     _program = True
+    global _stderr_fd
+    _stderr_fd = os.dup(2)  # while the JVM starts, fd 2 is its log file (quiet_jvm): the Ctrl-C line goes here
+    signal.signal(signal.SIGINT, _interrupted)
     try:
         code = main()
     except SystemExit as exc:  # argparse: --help, usage errors (the message is printed already)
@@ -462,6 +608,24 @@ def console() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _interrupted(signum, frame) -> None:
+    """Ctrl-C: one line, exit 130, at once. Every commit is whole or absent (a kill at any moment leaves the lake a
+    rerun finishes, the crash-restart tests' promise), so nothing is waited for; the JVM, its stdin closed, exits
+    too. No py4j traceback: the Python side is gone before the JVM's end can raise in it."""
+    from amqplens import progress
+
+    where = f"during {progress._current.name}" if progress._current is not None else "while Spark started"
+    line = (f"\namqplens: interrupted {where}; what was committed before stays, nothing half-written counts; "
+            "the same command again finishes the work\n")
+    try:
+        os.write(_stderr_fd, line.encode())
+    finally:
+        os._exit(130)
+
+
+_stderr_fd = 2  # the terminal's stderr, kept by console()
 
 
 def job_main(job: str, argv: list[str] | None = None) -> int:

@@ -15,8 +15,10 @@ import pathlib
 from amqplens.config import Config, report_dir
 from amqplens.inputs import InputError, expand_inputs
 
-# commands that only read the lake (a missing lake reads as an empty one); the others write it
-READS_LAKE = frozenset({"summary", "report"})
+# commands that only read the lake: it may be read-only (their Spark log goes to the temp folder then)
+READS_LAKE = frozenset({"summary", "report", "check"})
+# commands that need a lake a run made: a missing one is a typo of --lake (exit 2), not an empty lake
+NEEDS_LAKE = READS_LAKE | {"vacuum", "repair", "lifecycle", "metrics", "validate"}
 
 
 class PreflightError(InputError):
@@ -51,6 +53,19 @@ def writable_dir(path: str, what: str) -> None:
         raise PreflightError(f"{what} {path!r}: no permission to write there")
 
 
+def existing_lake(root: str) -> None:
+    """A lake holds at least one table: a folder without any is a mistyped ``--lake``, which must not read as an
+    empty lake (nor get a ``_logs`` folder)."""
+    from amqplens.lake.check import is_lake
+
+    p = _local(root)
+    if p is not None and not p.exists():
+        raise PreflightError(f"no such lake: {root!r} does not exist")
+    not_a_file(root, "lake")
+    if not is_lake(root):
+        raise PreflightError(f"no such lake: {root!r} holds no table (a lake is the --lake folder of a run)")
+
+
 def log_specs_exist(specs: list[str]) -> None:
     """Each ``--logs`` file, folder or glob names something (amqplens.jobs.ingest_logs reads and sniffs them later)."""
     for spec in specs:
@@ -66,9 +81,11 @@ def check(args, conf: Config) -> None:
     command = args.command
     expand_inputs(getattr(args, "input", None) or [], conf["inputs.roots"])
     log_specs_exist(getattr(args, "logs", None) or [])
+    if command in NEEDS_LAKE:
+        existing_lake(conf["lake.root"])
     if command in READS_LAKE:
         not_a_file(conf["lake.root"], "lake")
     else:
         writable_dir(conf["lake.root"], "lake")
-    if command in ("run", "demo", "report"):
+    if command in ("run", "demo", "report"):  # after the lake's checks: the default report folder is in the lake
         writable_dir(report_dir(conf, getattr(args, "out", None)), "report folder")

@@ -42,6 +42,22 @@ def log_file_for(lake_root: str, now: dt.datetime | None = None) -> pathlib.Path
     return base.expanduser().absolute() / LOG_DIR / f"spark-{stamp}-{os.getpid()}.log"
 
 
+def writable_log_file(path: pathlib.Path) -> pathlib.Path:
+    """``path`` when its folder can be written; else the same name under ``<temp>/amqplens/_logs``: a command that only
+    reads a read-only lake (a shared archive, a snapshot mount) keeps its Spark log elsewhere."""
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a"):
+            pass
+        return path
+    except OSError:
+        fallback = pathlib.Path(tempfile.gettempdir()) / "amqplens" / LOG_DIR / path.name
+        fallback.parent.mkdir(parents=True, exist_ok=True)
+        return fallback
+
+
 @contextlib.contextmanager
 def quiet_jvm(log_file: pathlib.Path | None):
     """Processes started inside this block write their stdout/stderr to ``log_file`` (None: unchanged).

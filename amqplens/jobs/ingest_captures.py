@@ -74,6 +74,11 @@ class IngestResult:
     # path -> why, of files left alone because they are broker logs, not captures: their rows are the log ingest's
     # (the same bytes are the same capture_id there), which a failed captures row here would replace
     not_captures: dict[str, str] = dataclasses.field(default_factory=dict)
+    # capture ids of ``captures`` that another run committed while this one worked on them (two runs at once)
+    by_other: list[str] = dataclasses.field(default_factory=list)
+    # capture id -> (path, error) of failed captures some of whose tables were committed: no captures row is written
+    # for them (one saying failed would contradict their stored rows), so the next run finishes them, as after a kill
+    unmarked: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
 
 
 
@@ -445,18 +450,23 @@ def run_files(spark, conf: Config, files: list[CaptureFile], run_id: str | None 
         return IngestResult(run_id, [], skipped)
     by_id = {f.capture_id: f for f in files if f.capture_id in units}
     fused: list[str] = []  # captures whose lifecycle tables _ingest committed
+    by_other: list[str] = []  # captures whose rows another run committed first
 
     def ingest(ids):
-        return _ingest(spark, conf, store, [by_id[cid] for cid in ids], units, options, run_id, fp, fused)
+        return _ingest(spark, conf, store, [by_id[cid] for cid in ids], units, options, run_id, fp, fused, by_other)
 
     done = isolation.isolated(JOB, list(by_id), ingest, lambda cid: ingest([cid]))
-    isolation.mark_failed(spark, store, done.failed, apps, run_id,
-                          rows={cid: _capture_row(by_id[cid], None, EPOCH_DAY, CaptureCounts(), 0, run_id, fp) for cid in done.failed})
-    return IngestResult(run_id, done.results, skipped, done.failed, [cid for cid in fused if cid not in done.failed])
+    stored = {cid for cid in done.failed if any(store.rows(name, [cid]) for name in (*STAGED_TABLES, *lifecycle.TABLES))}
+    unmarked = {cid: (by_id[cid].path, done.failed[cid]) for cid in stored}
+    failed = {cid: e for cid, e in done.failed.items() if cid not in stored}
+    isolation.mark_failed(spark, store, failed, apps, run_id,
+                          rows={cid: _capture_row(by_id[cid], None, EPOCH_DAY, CaptureCounts(), 0, run_id, fp) for cid in failed})
+    return IngestResult(run_id, done.results, skipped, failed, [cid for cid in fused if cid not in done.failed],
+                        by_other=by_other, unmarked=unmarked)
 
 
 def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], units: dict[str, str], options, run_id: str,
-            fp: str, fused: list[str]) -> list[dict]:
+            fp: str, fused: list[str], by_other: list[str] | None = None) -> list[dict]:
     """The captures ``todo`` through every stage of the job, written under ``units``; returns their captures rows.
     With ``lifecycle.fused``, also their lifecycle tables; ``fused`` gets the ids of the captures they were committed for."""
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -519,7 +529,8 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
             # as the run's lifecycle stage, which leaves out the captures whose row says failed (nothing readable)
             lifecycle_units = {r["capture_id"]: lifecycle.app_id(r["capture_id"], fp) for r in capture_rows
                                if r["status"] != "failed" and r["capture_id"] not in left}
-        _commit(store, staged, lifecycle_staged, files, units, lifecycle_units, partitions, capture_rows, run_id)
+        if not _commit(store, staged, lifecycle_staged, files, units, lifecycle_units, partitions, capture_rows, run_id):
+            (by_other if by_other is not None else []).extend(r["capture_id"] for r in capture_rows)
         fused += list(lifecycle_units)
     finally:
         for table_staged in (*staged.values(), *lifecycle_staged.values()):
@@ -528,7 +539,7 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
 
 
 def _commit(store: TableStore, staged, lifecycle_staged, files: list[StagedFile], units: dict[str, str],
-            lifecycle_units: dict[str, str], partitions, capture_rows: list[dict], run_id: str) -> None:
+            lifecycle_units: dict[str, str], partitions, capture_rows: list[dict], run_id: str) -> bool:
     """The commits of one ingest, in this order: connections, frames, decode_errors; with the fused lifecycle
     deliveries, flow_events, request_responses (under the lifecycle job's transaction ids); captures last.
 
@@ -538,6 +549,8 @@ def _commit(store: TableStore, staged, lifecycle_staged, files: list[StagedFile]
     capture. The lifecycle job's mark, request_responses, comes after the other two lifecycle tables, as in the job;
     a capture whose lifecycle tables are left uncommitted (``lifecycle.fused`` off on the rerun, or the fused
     machines raised) is derived by the lifecycle job from the committed frames.
+
+    Returns whether the captures rows were committed by this run (False: another run at the same time did it first).
     """
     for name in STAGED_TABLES:
         store.commit_staged(staged[name], [f for f in files if f.table == name], units=units, run_id=run_id,
@@ -545,7 +558,7 @@ def _commit(store: TableStore, staged, lifecycle_staged, files: list[StagedFile]
     if lifecycle_units:
         by_kind = {kind: [f for f in files if f.table == s.table] for kind, s in lifecycle_staged.items()}
         lifecycle.commit(store, lifecycle_staged, by_kind, units=lifecycle_units, partitions=partitions, run_id=run_id)
-    store.write_rows("captures", capture_rows, units=units, run_id=run_id)
+    return store.write_rows("captures", capture_rows, units=units, run_id=run_id)
 
 
 def _merge_counts(rows) -> dict[str, CaptureCounts]:

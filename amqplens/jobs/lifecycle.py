@@ -39,6 +39,7 @@ from amqplens.contracts import DELIVERIES, FLOW_EVENTS, REQUEST_RESPONSES, Table
 log = logging.getLogger(__name__)
 JOB = "lifecycle"
 OUTPUTS = (("delivery", DELIVERIES), ("flow_event", FLOW_EVENTS), ("request_response", REQUEST_RESPONSES))
+TABLES = tuple(t.name for _, t in OUTPUTS)
 # columns the job fills, not the machines: the capture's, and the deliveries' source (trace rows come from ingest_logs)
 JOB_COLUMNS = ("capture_id", "capture_date", "source", "trace_json")
 

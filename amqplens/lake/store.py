@@ -33,6 +33,7 @@ from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction, create_table_with_add_actions
 
+from amqplens.lake import check as lake_check
 from amqplens.lake.staging import REPLACE_DIR as _REPLACE_DIR
 from amqplens.lake.staging import STAGING, SchemaMismatch, StagedFile, StagedTable
 from amqplens.lake.staging import filesystem as _filesystem
@@ -42,15 +43,26 @@ log = logging.getLogger(__name__)
 
 COMMIT_ATTEMPTS = 5  # commits tried when other writers keep committing first: a few concurrent runs, not a storm
 # "commit:<table>": the process kills itself (SIGKILL) right after committing that table. For the crash-restart test,
-# which needs a run to die between two commits that follow each other within milliseconds.
+# which needs a run to die between two commits that follow each other within milliseconds. "raise:<table>": the
+# commit after that table's raises instead (a failure the run survives: the damage tests' half-committed capture).
 FAILPOINT_ENV = "AMQPLENS_FAILPOINT"
 
 
+class FailPoint(RuntimeError):
+    pass
+
+
 def _failpoint(event: str, name: str) -> None:
-    if os.environ.get(FAILPOINT_ENV) == f"{event}:{name}":
+    point = os.environ.get(FAILPOINT_ENV)
+    if point == f"{event}:{name}":
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)
+    if point == f"raise:{name}" and event == "commit":
+        os.environ[FAILPOINT_ENV] = "raised"  # the next commit raises (once: the retry of the capture alone commits)
+    elif point == "raised" and event == "before":
+        del os.environ[FAILPOINT_ENV]
+        raise FailPoint(f"failpoint: the commit of table {name} failed")
 
 
 class LakeConflict(RuntimeError):
@@ -75,6 +87,10 @@ def conform(df, table: Table):
 
 
 class TableStore:
+    # captures whose rows this process derives again whatever the tables' transaction ids say (``amqplens repair``,
+    # a rerun of a damaged capture): their earlier units count as not committed
+    redo: frozenset[str] = frozenset()
+
     def __init__(self, spark, root: str, *, staging_max_age_hours: int = 1):
         self.spark = spark
         self.root = _to_uri(root)
@@ -89,18 +105,52 @@ class TableStore:
         return "/".join([self._root_path, name, *parts])
 
     def delta(self, name: str) -> DeltaTable | None:
+        """The table's snapshot; None when it does not exist or its log holds no commit (a first write cut off).
+        A log that does not open raises ``LakeDamaged``, which names the table (``amqplens check``'s line)."""
+        local = lake_check.local_root(self.root)
+        if local is not None and not lake_check.has_commits(local / name):
+            return None
         try:
             return DeltaTable(self.uri(name))
         except TableNotFoundError:
             return None
+        except DeltaError as exc:
+            problems = lake_check.log_problems(self.root, name) or [lake_check.Problem(name, None, None, str(exc).splitlines()[0])]
+            raise lake_check.LakeDamaged(self.root, problems) from exc
 
     def version(self, name: str) -> int | None:
         dt = self.delta(name)
         return None if dt is None else dt.version()
 
+    def _redone(self, app_id: str) -> bool:
+        """Whether ``app_id`` (``amqplens/<job>/<capture id>/...``) belongs to a capture ``redo`` names."""
+        parts = app_id.split("/")
+        return bool(self.redo) and len(parts) > 2 and parts[2].split("#")[0] in self.redo
+
+    def _done(self, dt: DeltaTable | None, app_id: str) -> bool:
+        return dt is not None and not self._redone(app_id) and dt.transaction_version(app_id) is not None
+
     def committed(self, name: str, app_id: str) -> bool:
-        dt = self.delta(name)
-        return dt is not None and dt.transaction_version(app_id) is not None
+        return self._done(self.delta(name), app_id)
+
+    def present_files(self, name: str, dt: DeltaTable) -> list[str]:
+        """The snapshot's file URIs, less the local files that are gone or not of their logged size (``amqplens check``
+        names them): a reader of other captures' rows never fails on one capture's damage."""
+        uris = dt.file_uris()
+        if lake_check.local_root(self.root) is None:
+            return uris
+        sizes = pa.table(dt.get_add_actions(flatten=True)).column("size_bytes").to_pylist()
+        out = []
+        for uri, size in zip(uris, sizes):
+            try:
+                ok = os.stat(uri.removeprefix("file://")).st_size == size
+            except OSError:
+                ok = False
+            if ok:
+                out.append(uri)
+            else:
+                log.warning("table %s: file %s is missing or damaged; its rows are left out (amqplens check)", name, uri)
+        return out
 
     # ------------------------------------------------------------------ read
     def read(self, name: str):
@@ -108,7 +158,7 @@ class TableStore:
         t = table_def(name)
         schema = t.spark_schema()
         dt = self.delta(name)
-        files = dt.file_uris() if dt is not None else []
+        files = self.present_files(name, dt) if dt is not None else []
         if not files:
             return self.spark.createDataFrame([], schema)
         df = self.spark.read.schema(schema).option("basePath", self.uri(name)).parquet(*files)
@@ -218,7 +268,7 @@ class TableStore:
         self.check_schema(t, df)
         df = df.select(*t.column_names)
         dt = self.delta(name)
-        pending = {k: a for k, a in units.items() if dt is None or dt.transaction_version(a) is None}
+        pending = {k: a for k, a in units.items() if not self._done(dt, a)}
         if not pending:
             log.info("table %s: every unit already committed, nothing to do", name)
             return None
@@ -268,7 +318,7 @@ class TableStore:
         staging = self._path(t.name, STAGING, staged.folder)
         try:
             dt = self.delta(t.name)
-            pending = {k: a for k, a in units.items() if dt is None or dt.transaction_version(a) is None}
+            pending = {k: a for k, a in units.items() if not self._done(dt, a)}
             if not pending:
                 log.info("table %s: every unit already committed, nothing to do", t.name)
                 return False
@@ -370,19 +420,23 @@ class TableStore:
         """
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
+                _failpoint("before", t.name)
                 self._commit(t, dt, adds, self._removals(t, dt, set(pending)), pending, run_id)
                 _failpoint("commit", t.name)
                 return True
             except LakeConflict as exc:
                 dt = self.delta(t.name)
-                if dt is not None and all(dt.transaction_version(a) is not None for a in pending.values()):
+                if dt is not None and all(self._done(dt, a) for a in pending.values()):
                     log.info("table %s: another writer committed the same units first; run %s adds nothing", t.name, run_id)
                     for add in adds:
                         self.fs.delete_file(self._path(t.name, add.path))
                     return False
                 if attempt == COMMIT_ATTEMPTS:
                     raise LakeConflict(f"{exc} (tried {COMMIT_ATTEMPTS} times)") from exc.__cause__
-                log.warning("table %s: %s; retrying on the new snapshot (attempt %d)", t.name, exc, attempt + 1)
+                # another run committed other captures to the table first: routine, the retry on its snapshot is
+                # the commit; only the last attempt's failure is the user's business
+                log.info("table %s: another run committed first; committing again on its snapshot (attempt %d)",
+                         t.name, attempt + 1)
         raise AssertionError("unreachable: the last attempt returns or raises")  # for mypy: the loop never falls through
 
     def _commit(self, t, dt, adds, removes, pending: Mapping[str, str], run_id: str) -> None:
@@ -425,3 +479,13 @@ class TableStore:
         if dt is None:
             return []
         return dt.vacuum(retention_hours=retention_hours, enforce_retention_duration=False, dry_run=False)
+
+    def vacuum_kept(self, name: str, retention_hours: int) -> int:
+        """Files the current snapshot no longer references that ``vacuum`` keeps: removed (a capture's rows replaced)
+        less than ``retention_hours`` ago, so that a reader of an older snapshot still finds them."""
+        dt = self.delta(name)
+        if dt is None:
+            return 0
+        now = dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True)
+        later = dt.vacuum(retention_hours=retention_hours, enforce_retention_duration=False, dry_run=True)
+        return len(set(now) - set(later))

@@ -30,11 +30,19 @@ CASES = [
     (["run", "--input", GOOD, "--lake", GOOD + "/lake"], "cannot be created"),
     (["report", "--lake", "LAKE", "--out", GOOD], "report folder"),
     (["run", "--input", GOOD, "--set", "capture.split_size=huge"], "bad configuration"),
+    # issue 35: a mistyped --lake for a command that reads a lake looked like success (exit 0, an empty summary or
+    # report, "0 file(s) deleted") and left a new <typo>/_logs folder behind
+    (["summary"], "no such lake: "),
+    (["report", "--out", "OUT"], "no such lake: "),
+    (["vacuum"], "no such lake: "),
+    (["check"], "no such lake: "),
+    (["repair"], "no such lake: "),
+    (["metrics"], "no such lake: "),
 ]
 
 
 def _argv(argv, tmp_path):
-    argv = [str(tmp_path / "lake") if a == "LAKE" else a for a in argv]
+    argv = [str(tmp_path / "lake") if a == "LAKE" else str(tmp_path / "out") if a == "OUT" else a for a in argv]
     return argv if "--lake" in argv else argv + ["--lake", str(tmp_path / "lake")]
 
 
@@ -45,6 +53,8 @@ def test_a_mistake_is_one_line(argv, says, tmp_path, capsys):
     assert cli.main(_argv(argv, tmp_path)) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and err.startswith("amqplens: ") and says in err, err
+    if argv[0] != "run":
+        assert not (tmp_path / "lake").exists()  # a mistyped lake gets no folder (nor _logs) either
 
 
 def test_a_mistake_costs_no_spark_start(tmp_path):
@@ -59,15 +69,17 @@ def test_a_mistake_costs_no_spark_start(tmp_path):
     assert time.monotonic() - t0 < 10  # ~0.5 s on a quiet machine (the interpreter and pyarrow's import)
 
 
-def test_the_lake_is_created_and_a_read_only_command_accepts_a_missing_lake(tmp_path, conf):
+def test_the_lake_is_created_by_a_run_and_a_command_that_reads_it_needs_one(tmp_path, conf):
     class Args:
         command, input, logs, out = "run", [GOOD], [], None
 
     preflight.check(Args, conf.with_overrides(lake__root=str(tmp_path / "a" / "lake"), report__out=str(tmp_path / "r")))
     assert (tmp_path / "a" / "lake").is_dir()
     Args.command, Args.input = "summary", []
-    preflight.check(Args, conf.with_overrides(lake__root=str(tmp_path / "missing")))
-    assert not (tmp_path / "missing").exists()
+    with pytest.raises(preflight.PreflightError, match="holds no table"):  # a folder, but no table in it
+        preflight.check(Args, conf.with_overrides(lake__root=str(tmp_path / "a" / "lake")))
+    (tmp_path / "a" / "lake" / "captures" / "_delta_log").mkdir(parents=True)
+    preflight.check(Args, conf.with_overrides(lake__root=str(tmp_path / "a" / "lake")))
 
 
 def test_a_short_stage_prints_one_line_and_a_long_one_plain_progress_lines_in_a_log():

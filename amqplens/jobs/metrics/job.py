@@ -73,9 +73,10 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     )
     try:
         # the commits go in this order whatever the queries' order: metrics_errors last
-        store.write_many([(name, _labelled(build, labels)) for name, build in tables], units=pending, run_id=run_id,
-                         parallel=conf["metrics.concurrent_tables"])
+        done = store.write_many([(name, _labelled(build, labels)) for name, build in tables], units=pending, run_id=run_id,
+                                parallel=conf["metrics.concurrent_tables"])
     finally:
         for df in (control, deliveries, *labels.values()):
             df.unpersist()
-    return list(pending)
+    # its last table marks the captures done: not committed here, another run at the same time committed them first
+    return list(pending) if done["metrics_errors"] else []
