@@ -25,14 +25,12 @@ pytestmark = [pytest.mark.e2e]
 
 SEED = 38
 PER_CLASS = 2
-# field classes this run leaves out until the fix named lands (issue 38): a time years away inside 1990..2100 stretches
-# the capture window and the metrics (item 5: 40 years of one-minute buckets), so a run with one would not end in minutes
-AWAITING = {"record_time_years": "issue 38 item 5", "log_time_years": "issue 38 item 5"}
+# field classes this run leaves out: none since issue 38's items 3 and 5 landed (kept as the place to name one, with the
+# fix it awaits, should a class ever make the run exit 1 or 4 for a reason already being fixed)
+AWAITING: dict[str, str] = {}
 CLASSES = sorted(set(FIELD_CLASSES) - set(AWAITING))
-# mutants (k of SEED) left out of the run until the fix named lands (each makes the whole run exit 4 today):
-# an EPB naming interface 2^32 - 1 in multi_if.pcapng (ns resolution) gives unknown_interface and ts_out_of_range
-# rows at one offset with one error_id (item 3: decode_errors.key_unique fails)
-AWAITING_MUTANTS = {8: "issue 38 item 3", 28: "issue 38 item 3"}
+# mutants (k of SEED) left out of the run until the fix named lands: none
+AWAITING_MUTANTS: dict[int, str] = {}
 
 
 @pytest.fixture(scope="module")
