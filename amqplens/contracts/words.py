@@ -89,6 +89,16 @@ EXPECTATIONS: dict[str, str] = {
                                  "carries another protocol; amqplens kept the frames and their errors",
     "connections.codec_error_share": "on average much of a decoded connection's bytes did not frame as AMQP (garbage, "
                                      "another protocol, or a capture that lost packets)",
+    "frames.enum.accept_mode": "a 0-10 message.transfer or subscribe carried an accept-mode the spec does not define: "
+                               "the peer's value, kept as sent; worth a look at that client, not an amqplens fault",
+    "frames.enum.acquire_mode": "a 0-10 message.transfer or subscribe carried an acquire-mode the spec does not define: "
+                                "the peer's value, kept as sent; worth a look at that client, not an amqplens fault",
+    "frames.enum.credit_unit": "a 0-10 message.flow carried a credit unit the spec does not define: the peer's value, "
+                               "kept as sent; worth a look at that client, not an amqplens fault",
+    "frames.enum.flow_mode": "a 0-10 message.set-flow-mode carried a flow mode the spec does not define: the peer's "
+                             "value, kept as sent; worth a look at that client, not an amqplens fault",
+    "broker_events.enum.level": "a broker log line carried a level amqplens does not know: the log's own word, kept "
+                                "as written; nothing to worry about",
     # invariants made warnings by validate.warning: amqplens broke its own promise, whatever the level
     "*": "amqplens broke a promise about its own output (validate.warning made it a warning): please report it with "
          "the capture",

@@ -28,7 +28,7 @@ CASES = [
     (["run", "--input", GOOD, "--logs", "/no/such.log"], "logs '/no/such.log': no such file or folder"),
     (["run", "--input", GOOD, "--lake", GOOD], "is a file, not a folder"),
     (["run", "--input", GOOD, "--lake", GOOD + "/lake"], "cannot be created"),
-    (["report", "--lake", "LAKE", "--out", GOOD], "report folder"),
+    (["run", "--input", GOOD, "--lake", "LAKE", "--out", GOOD], "report folder"),
     (["run", "--input", GOOD, "--set", "capture.split_size=huge"], "bad configuration"),
     # issue 35: a mistyped --lake for a command that reads a lake looked like success (exit 0, an empty summary or
     # report, "0 file(s) deleted") and left a new <typo>/_logs folder behind

@@ -35,6 +35,7 @@ from typing import TypeVar
 import numpy as np
 import pyarrow as pa
 
+from amqplens.decode.clock import OUT_OF_LINE_US
 from amqplens.decode.capture import pcap, pcapng
 from amqplens.decode.capture.linklayer import LINK_DECODERS
 from amqplens.decode.capture.records import PACKET_SCHEMA, SplitStats, flow_key
@@ -210,6 +211,10 @@ def plan(path: str) -> FileScan | None:
                 link_types={lt for i, lt in enumerate(kernel.LINK_TYPE_BITS) if int(st[9]) >> i & 1},
                 first_ts_us=int(st[6]) if st[2] else None, last_ts_us=int(st[7]) if st[2] else None,
             )
+        if clean and stats.first_ts_us is not None and stats.last_ts_us - stats.first_ts_us > OUT_OF_LINE_US:
+            # a time a day or more from the others may be one the reader writes off as out of line (clock.out_of_line,
+            # which looks at each record's neighbours): a capture spanning more than a day is left to the reader
+            clean, why, stats = False, 2, SplitStats(format=fmt)
         dflows = _dflows(m.buf, reps) if clean else []
         _drop_pages(m.buf)
     return FileScan(path, m.size, clean, WHY.get(why, WHY[7]) if not clean else None, stats, dflows)
