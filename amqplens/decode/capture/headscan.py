@@ -211,7 +211,8 @@ def plan(path: str) -> FileScan | None:
                 link_types={lt for i, lt in enumerate(kernel.LINK_TYPE_BITS) if int(st[9]) >> i & 1},
                 first_ts_us=int(st[6]) if st[2] else None, last_ts_us=int(st[7]) if st[2] else None,
             )
-        if clean and stats.first_ts_us is not None and stats.last_ts_us - stats.first_ts_us > OUT_OF_LINE_US:
+        if clean and stats.first_ts_us is not None and stats.last_ts_us is not None and \
+                stats.last_ts_us - stats.first_ts_us > OUT_OF_LINE_US:
             # a time a day or more from the others may be one the reader writes off as out of line (clock.out_of_line,
             # which looks at each record's neighbours): a capture spanning more than a day is left to the reader
             clean, why, stats = False, 2, SplitStats(format=fmt)
