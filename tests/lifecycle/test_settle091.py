@@ -26,31 +26,32 @@ def _table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist([{c: r.get(c) for c in FRAME_COLUMNS} for r in rows])
 
 
-@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: str(p.relative_to(DATA)))
-def test_the_pass_settles_as_the_machines_do(path):
+def _compared(rows):
+    """The settlement pass on ``rows`` against the machines' deliveries (the reference)."""
     from amqplens.lifecycle import settle091
 
-    rows = [r for r in frames_of(path) if r.get("dialect") in ("0-8", "0-9", "0-9-1")]
-    if not rows:
-        pytest.skip("no 0-9-1 frames")
     runner = LifecycleRunner()
     runner.feed(sorted(rows, key=lambda r: (r["connection_id"], r["ts_us"], r["stream_offset"], r["direction"])))
     runner.finish()
     table = _table(rows)
-    got = settle091.compare(table, settle091.settle(table), runner.drain_deliveries())
+    return settle091.compare(table, settle091.settle(table), runner.drain_deliveries())
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: str(p.relative_to(DATA)))
+def test_the_pass_settles_as_the_machines_do(path):
+
+    rows = [r for r in frames_of(path) if r.get("dialect") in ("0-8", "0-9", "0-9-1")]
+    if not rows:
+        pytest.skip("no 0-9-1 frames")
+    got = _compared(rows)
     assert got["different"] == [] and got["missed"] == []
 
 
 def test_the_pass_settles_some_of_the_demo_itself():
     """Not a pass that leaves everything to the machines: some of the demo capture's settlements are the pass's."""
-    from amqplens.lifecycle import settle091
 
     rows = frames_of(DATA / "demo" / "demo.pcap") if (DATA / "demo" / "demo.pcap").exists() else []
     if not rows:
         pytest.skip("no demo capture under tests/data/demo")
-    runner = LifecycleRunner()
-    runner.feed(sorted(rows, key=lambda r: (r["connection_id"], r["ts_us"], r["stream_offset"], r["direction"])))
-    runner.finish()
-    table = _table(rows)
-    got = settle091.compare(table, settle091.settle(table), runner.drain_deliveries())
+    got = _compared(rows)
     assert len(got["same"]) > 50 and got["different"] == [] and got["missed"] == []

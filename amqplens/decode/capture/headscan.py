@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import heapq
+import importlib
 import ipaddress
 import mmap
 import os
@@ -53,15 +54,9 @@ def load_kernel():
     """``scan_kernel``, or None when numba does not import."""
     global _kernel
     if _kernel is None:
-        from amqplens.decode.v0_9_1.hotpath import cache_dir
+        from amqplens.decode.v0_9_1.hotpath import load_compiled
 
-        os.environ.setdefault("NUMBA_CACHE_DIR", cache_dir())
-        try:
-            from amqplens.decode.capture import scan_kernel
-        except ImportError:
-            _kernel = False
-        else:
-            _kernel = scan_kernel
+        _kernel = load_compiled(lambda: importlib.import_module("amqplens.decode.capture.scan_kernel"))
     return _kernel or None
 
 

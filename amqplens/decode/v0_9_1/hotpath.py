@@ -67,18 +67,28 @@ def cache_dir() -> str:
     return os.path.join(tempfile.gettempdir(), "amqplens-numba")
 
 
+def load_compiled(load):
+    """``load()``, an import of a numba module, with numba's disk cache in ``cache_dir()``; False when numba does not
+    import (the caller then stays on its Python path)."""
+    os.environ.setdefault("NUMBA_CACHE_DIR", cache_dir())
+    try:
+        return load()
+    except ImportError:
+        return False
+
+
+def _walk():
+    from amqplens.decode.v0_9_1.hot_kernel import walk
+    from amqplens.decode.v0_9_1 import content_kernel  # noqa: F401  (ArrayContent's, loaded with the walk)
+
+    return walk
+
+
 def load_kernel():
     """``hot_kernel.walk``, or None when numba does not import (the decoder then stays on the Python path)."""
     global _kernel
     if _kernel is None:
-        os.environ.setdefault("NUMBA_CACHE_DIR", cache_dir())
-        try:
-            from amqplens.decode.v0_9_1.hot_kernel import walk
-            from amqplens.decode.v0_9_1 import content_kernel  # noqa: F401  (ArrayContent's, loaded with the walk)
-        except ImportError:
-            _kernel = False
-        else:
-            _kernel = walk
+        _kernel = load_compiled(_walk)
     return _kernel or None
 
 
