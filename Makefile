@@ -19,7 +19,7 @@ FUZZ_MUTANTS ?= 400
 FUZZ_BATCH ?= 50
 FUZZ_ARGS ?=
 
-.PHONY: demo test test-fast bench bench-tls fuzz dist docs clean java airflow
+.PHONY: demo test test-slow test-all test-fast bench bench-tls fuzz dist docs clean java airflow
 
 java:
 	@command -v java >/dev/null 2>&1 || { echo "amqplens needs Java 17 for Spark: apt-get install -y openjdk-17-jre-headless (or set JAVA_HOME)"; exit 1; }
@@ -45,11 +45,18 @@ demo: java $(STAMP)
 	$(VENV)/bin/amqplens demo --lake ./lake
 
 # two workers, each test folder that shares a lake on one of them (tests/conftest.py groups them);
-# PYTEST_ARGS adds options, e.g. PYTEST_ARGS=--durations=30
+# PYTEST_ARGS adds options, e.g. PYTEST_ARGS=--durations=30. make test leaves out the tests that start JVMs of
+# their own (tests/conftest.py SLOW: Airflow, spark-submit, CLI subprocesses, a cluster, a wheel): make test-slow
+# runs those, make test-all both; .ci/run runs make test, then make test-slow.
 test: java $(STAMP) $(AIRFLOW_STAMP)
 	$(PY) -m ruff check --quiet amqplens jobs tools tests notebooks
 	$(PY) -m mypy --no-error-summary amqplens
-	$(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow" $(PYTEST_ARGS)
+
+test-slow: java $(STAMP) $(AIRFLOW_STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m slow $(PYTEST_ARGS)
+
+test-all: test test-slow
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not spark and not e2e"

@@ -64,6 +64,28 @@ def _group(item) -> str:
     return max(homes, key=len) if homes else item.nodeid.split("::")[0]
 
 
+# ------------------------------------------------------------------ the two tiers: make test and make test-slow
+# `make test` (the README's test command) runs every test but these; `make test-slow` runs only these, and .ci/run
+# runs both. Each starts JVMs of its own beside the shared session, as an operator's process would: the CLI and
+# spark-submit as subprocesses, Airflow's tasks, a standalone cluster, a wheel in a new venv, kills at random moments.
+# The code paths they drive are tested in-process in the first tier; these check the processes around them.
+SLOW = {
+    "tests/ops/test_dag.py::test_dag_test_runs_every_job_on_the_days_folder": "Airflow runs every job as a spark-submit",
+    "tests/ops/test_dag.py::test_a_day_with_one_bad_capture_runs_every_stage_and_fails_last": "the same, a bad capture",
+    "tests/lake/test_damage.py": "the CLI as a user runs it on damaged lakes (about 13 JVMs, kills, two runs at once)",
+    "tests/e2e/test_fuzz_jobs.py": "three `amqplens run` subprocesses over mutants (make fuzz runs the campaign)",
+    "tests/ops/test_wheel.py": "the wheel installed into a new venv, then its demo",
+    "tests/ops/test_cluster.py": "a standalone Spark cluster",
+    "tests/e2e/test_crash_restart.py": "runs killed in each stage, then rerun",
+    "tests/e2e/test_spark_submit.py": "spark-submit with the zip of the package",
+    "tests/e2e/test_security_run.py": "an `amqplens run` subprocess whose every output is searched for secrets",
+}
+
+
+def _slow(nodeid: str) -> bool:
+    return any(nodeid == key or nodeid.startswith(key + "::") or nodeid.startswith(key + "[") for key in SLOW)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group markers in the workers
 def pytest_collection_modifyitems(config, items):
     """Each test joins its module's xdist group (new tests too: nothing is listed by hand). Under xdist the groups with
@@ -78,6 +100,8 @@ def pytest_collection_modifyitems(config, items):
         folders.setdefault(module, set()).update({group} - {module})
     by_module = {module: max(groups, key=len) if groups else module for module, groups in folders.items()}
     for item in items:
+        if _slow(item.nodeid):
+            item.add_marker(pytest.mark.slow)
         group = by_module[item.nodeid.split("::")[0]]
         item.add_marker(pytest.mark.xdist_group(group))
         if item.get_closest_marker("spark") or item.get_closest_marker("e2e"):
