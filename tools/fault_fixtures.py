@@ -20,6 +20,7 @@ stay out of the capture (closing connections left open, resuming a queue).
 from __future__ import annotations
 
 import collections
+import datetime
 import json
 import re
 import subprocess
@@ -331,8 +332,9 @@ def heartbeat_timeout(run: Run) -> None:
     """heartbeat 2 s negotiated; a publish and a basic.get, 3 s with heartbeats
     on time, then the client stops all I/O (time.sleep without
     process_data_events, so it sends nothing, heartbeats included) until the
-    broker's log says it dropped the connection for missed heartbeats; then the
-    client reads again and finds the connection gone."""
+    broker's log says it dropped the connection for missed heartbeats (RabbitMQ
+    3.10 resets the socket: RST, without connection.close or FIN); then the
+    client reads again and finds the connection reset."""
     log_start = run.node.log_path.stat().st_size
     conn = connect(run, "silent", heartbeat=HEARTBEAT_S)
     ch = conn.channel()
@@ -362,15 +364,21 @@ def heartbeat_timeout(run: Run) -> None:
     except pika.exceptions.AMQPError as e:
         error = [type(e).__name__, repr(e)]
     t_detected = time.time()
+    m = re.match(r"(\S+ \S+)\+00:00", line)
+    t_logged = datetime.datetime.fromisoformat(m.group(1)).replace(tzinfo=datetime.timezone.utc).timestamp() if m else None
+    if t_logged is None or error is None:
+        raise RuntimeError(f"heartbeat_timeout: the broker did not drop the connection ({line!r}, {error})")
     run.facts.update(
         negotiated_heartbeat_s=HEARTBEAT_S, silent_from_ts=t_silent, broker_log_seen_ts=t_seen,
         client_detected_ts=t_detected, client_error=error, broker_log_line=line,
-        silence_before_broker_logged_s=round(t_seen - t_silent, 2),
+        broker_logged_ts=round(t_logged, 6), silence_before_broker_dropped_s=round(t_logged - t_silent, 2),
         expected_findings=[
             f"connection fixture-{run.name}-silent closed by the broker for missed heartbeats: heartbeat "
             f"{HEARTBEAT_S} s negotiated (connection.tune-ok); the client sent nothing from about "
-            f"{t_silent:.3f} (epoch s), the broker kept sending heartbeats, then closed the socket "
-            "(see the connection ends below: no connection.close from either side); broker log: "
+            f"{t_silent:.3f} (epoch s; its last heartbeat went out up to 1 s before), the broker kept sending "
+            f"heartbeats, then, by its log {t_logged - t_silent:.1f} s after the silence began, reset the TCP "
+            "connection (RST: no connection.close, no FIN); the client found out only at its next read "
+            f"({error[0]}: connection reset by peer); broker log: "
             f"\"{line.split('] ', 1)[-1].strip()}\"",
             "an abrupt end: the connection ends without connection.close/close-ok",
             "nothing before the silence: heartbeats on time, publish and get without error"])
@@ -399,10 +407,11 @@ def refused_login(run: Run) -> None:
                     host=run.host, port=run.node.port, credentials=creds, virtual_host=vhost,
                     connection_attempts=1, client_properties={"connection_name": f"fixture-{run.name}-{label}"}))
             except pika.exceptions.AMQPConnectionError as e:
-                inner = e.args[0] if e.args else None
+                # pika wraps the broker's close in a Probable*Error whose only argument is its text
+                m = re.search(r"\((\d{3})\) (['\"])(.*)\2", str(e.args[0]) if e.args else "")
                 refused.append({"attempt": label, "user": creds.username, "vhost": vhost, "ts": round(t0, 6),
-                                "exception": type(e).__name__, "reply_code": getattr(inner, "reply_code", None),
-                                "reply_text": getattr(inner, "reply_text", None), "detail": repr(e)[:300]})
+                                "exception": type(e).__name__, "reply_code": int(m.group(1)) if m else None,
+                                "reply_text": m.group(3) if m else None, "detail": str(e)[:300]})
                 run.count("refused")
             else:
                 c.close()
@@ -419,6 +428,8 @@ def refused_login(run: Run) -> None:
     ch.queue_delete(q)
     conn.close()
     codes = {r["attempt"]: (r["reply_code"], r["reply_text"]) for r in refused}
+    if any(r["reply_code"] is None for r in refused):
+        raise RuntimeError(f"refused_login: no reply code in {refused}")
     run.facts.update(refused=refused, expected_findings=[
         f"authentication refused: user guest, wrong password: {codes['bad_password'][0]} "
         f"({codes['bad_password'][1]}) in the broker's connection.close after connection.start-ok, before tune",
@@ -426,7 +437,8 @@ def refused_login(run: Run) -> None:
         f"({codes['no_such_vhost'][1]}) in the broker's connection.close answering connection.open",
         f"vhost refused: user {noperm} has no permissions on /: {codes['no_permission'][0]} "
         f"({codes['no_permission'][1]}) in the broker's connection.close answering connection.open",
-        f"connection errors by code: {codes['bad_password'][0]} x1, 530 x2 (all raised by the broker)",
+        f"connection errors by code: {codes['bad_password'][0]} x1, 530 x2 (all raised by the broker; pika "
+        "answers none of them with close-ok but closes its socket, and the broker resets it)",
         f"no finding on connection fixture-{run.name}-good (publish, get, clean close)"])
 
 
