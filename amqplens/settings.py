@@ -361,11 +361,12 @@ class FindingsSettings(_Section):
         3, "redelivery_loop: deliveries of one message with the redelivered flag (in one queue) from which it goes round "
         "in a loop")
     slow_settle_factor: Annotated[float, *Number(1)] = setting(
-        10, "slow_settle: a connection's median confirm/ack latency this many times the capture's own median is slow")
+        3, "slow_settle: a confirm or ack that took this many times the capture's own median (of its kind: confirms, "
+        "acks, 1.0 settlements) is slow")
     slow_settle_min_ms: Annotated[int, *Int(0)] = setting(
-        100, "slow_settle: ... and at least this many milliseconds (a fast capture's 10x is still fast)")
+        500, "slow_settle: ... and at least this many milliseconds (3x a fast capture's median is still fast)")
     slow_settle_min_count: Annotated[int, *Int(1)] = setting(
-        5, "slow_settle: latencies a connection needs before its median is judged")
+        20, "slow_settle: latencies of a kind a capture needs before its median is a yardstick")
     churn_min_connections: Annotated[int, *Int(2)] = setting(
         10, "connection_churn: short-lived connections from one client address from which it churns")
     churn_max_life_s: Annotated[float, *Number(0)] = setting(

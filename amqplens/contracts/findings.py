@@ -56,18 +56,21 @@ FINDING_RULES = (
      "rejected or nacked without requeue (dropped or dead-lettered).",
      "deliveries (outcome rejected, modified, rejected_drop, nacked_drop), per connection and direction"),
     ("slow_settle", "warning",
-     "Confirms or acks much slower on one connection or consumer than in the rest of the capture: its median settle "
-     "latency is many times the capture's own median.",
-     "metrics_latency publish_confirm, deliver_settle, transfer_settle (whole capture: capture and connection rows); "
-     "`findings.slow_settle_factor`, `findings.slow_settle_min_ms`, `findings.slow_settle_min_count`"),
+     "Confirms or acks much slower than the rest of the capture: each one that took findings.slow_settle_factor times "
+     "the capture's own median of its kind (and findings.slow_settle_min_ms) counts, per consumer, link or channel. "
+     "A consumer that holds some messages long keeps them from others and counts them against its prefetch.",
+     "metrics_latency (the capture row's p50 of publish_confirm, deliver_settle, transfer_settle), deliveries "
+     "(settle_latency_us, filtered to the slow ones before the groupBy); `findings.slow_settle_factor`, "
+     "`findings.slow_settle_min_ms`, `findings.slow_settle_min_count`"),
     ("heartbeat_timeout", "critical",
      "The connection ended with heartbeat intervals missed: a peer stopped sending (RabbitMQ closes a connection after "
      "two missed heartbeats, with no connection.close).",
      "connections (heartbeat, end_reason, close_code), metrics_flow missed_heartbeats (whole capture, connection), "
      "broker_events (connection_closed_error naming missed heartbeats)"),
     ("abrupt_end", "warning",
-     "The connection ended by a TCP reset, or by a FIN without the AMQP close handshake (connection.close / 1.0 close) "
-     "having been completed: the application or the network dropped it.",
+     "A decoded connection that ended (FIN or reset) with no AMQP close (connection.close / 1.0 close) from either "
+     "side, or a TLS connection not decrypted that was reset: the application, the broker or the network dropped it. "
+     "(A close handshake left incomplete after an error close is that error's finding.)",
      "connections (end_reason, closed_by, amqp_closed_by, close_code, close_condition); frames never read"),
     ("access_refused", "critical",
      "Authentication or authorisation refused: connection.close 403 ACCESS_REFUSED (login or permissions), 530 "

@@ -40,38 +40,40 @@ def heartbeat_timeout(inp):
     from pyspark.sql import functions as F
 
     rows = _heartbeat_candidates(inp)
-    silent = F.when(F.coalesce("missed_to_server", F.lit(0.0)) >= F.coalesce("missed_to_client", F.lit(0.0)),
-                    F.lit("the client")).otherwise(F.lit("the broker"))
-    interval = F.when(F.col("heartbeat") > 0, F.format_string(" of %d s", F.col("heartbeat"))).otherwise(F.lit(""))
-    log = F.when(F.col("log").isNotNull(), F.format_string("; the broker log says '%s'",
-                                                           F.trim(F.substring(F.col("log.message"), 1, 160)))).otherwise(F.lit(""))
-    summary = F.format_string("The connection ended (%s by the %s, no connection.close) after %d heartbeat intervals%s "
-                              "with no frame from %s%s.", F.col("end_reason"), F.coalesce("closed_by", F.lit("?")),
-                              F.col("missed").cast("int"), interval, silent, log)
+    said = F.element_at(F.split(F.trim(F.col("log.message")), "\n"), -1)  # the line after "closing AMQP connection ..."
+    silent = (F.when(F.lower(said).contains("from client"), F.lit("the client"))
+              .when(F.coalesce("missed_to_server", F.lit(0.0)) >= F.coalesce("missed_to_client", F.lit(0.0)), F.lit("the client"))
+              .otherwise(F.lit("the broker")))
+    interval = F.when(F.col("heartbeat") > 0, F.format_string(" (heartbeat %d s)", F.col("heartbeat"))).otherwise(F.lit(""))
+    missed = F.when(F.col("missed") >= 1, F.format_string(", %d heartbeat intervals with no frame", F.col("missed").cast("int"))) \
+        .otherwise(F.lit(""))
+    log = F.when(F.col("log").isNotNull(), F.format_string("; the broker log says '%s'", F.substring(said, 1, 200))) \
+        .otherwise(F.lit(""))
+    summary = F.format_string("The connection was dropped for missed heartbeats from %s%s%s: it ended by %s from the %s "
+                              "with no connection.close%s.", silent, interval, missed, F.upper("end_reason"),
+                              F.coalesce("closed_by", F.lit("?")), log)
     evidence = F.concat(F.lit("connections connection_id="), F.col("connection_id"),
                         F.lit("; metrics_flow metric_row_id="), F.concat_ws(",", "row_to_server", "row_to_client"),
                         F.when(F.col("log").isNotNull(), F.concat(F.lit("; broker_events event_id="), F.col("log.event_id")))
                         .otherwise(F.lit("")))
-    gap = F.col("missed").cast("long") * F.coalesce(F.col("heartbeat"), F.lit(0)).cast("long") * 1_000_000
+    gap = F.greatest(F.col("missed"), F.lit(2.0)).cast("long") * F.coalesce(F.col("heartbeat"), F.lit(0)).cast("long") * 1_000_000
     start = F.timestamp_micros(F.greatest(F.unix_micros("start_ts"), F.unix_micros("end_ts") - gap))
     return finding(rows, "heartbeat_timeout", entity_kind="connection", entity="connection_id",
                    connection_id="connection_id", start=start, end="end_ts", summary=summary, evidence=evidence,
-                   count=F.col("missed").cast("long"))
+                   count=F.lit(1))
 
 
 def abrupt_end(inp):
-    """A reset, or a FIN on a decoded connection with no AMQP close from either side (not a heartbeat timeout)."""
+    """A decoded connection that ended (FIN or RST) with no AMQP close from either side; an undecoded one reset."""
     from pyspark.sql import functions as F
 
-    c = inp.connections
-    abrupt = (F.col("end_reason") == "rst") | ((F.col("end_reason") == "fin") & F.col("dialect").isNotNull() & F.expr(NO_CLOSE))
-    # rows: a left anti join on the key: at most the connections
-    rows = c.where(abrupt).join(_heartbeat_candidates(inp).select("connection_id"), "connection_id", "left_anti")
+    decoded = F.col("dialect").isNotNull()
+    rows = inp.connections.where((decoded & F.col("end_reason").isin("fin", "rst") & F.expr(NO_CLOSE))
+                                 | (~decoded & (F.col("end_reason") == "rst")))
     how = F.when(F.col("end_reason") == "rst", F.format_string("was reset (TCP RST from the %s)", F.coalesce("closed_by", F.lit("?")))) \
         .otherwise(F.format_string("ended with a FIN from the %s", F.coalesce("closed_by", F.lit("?"))))
-    close = F.when(F.col("dialect").isNull(), F.lit(" (its AMQP traffic was not decoded)")).when(
-        F.expr(NO_CLOSE), F.lit(" with no AMQP close from either side")).otherwise(
-        F.format_string(" after a close from the %s", F.coalesce("amqp_closed_by", F.lit("?"))))
+    close = F.when(F.col("dialect").isNull(), F.lit(" (its AMQP traffic was not decoded)")).otherwise(
+        F.lit(" with no AMQP close from either side"))
     summary = F.format_string("The connection %s%s, %s after it began.", how, close, seconds(F, F.col("duration_us")))
     return finding(rows, "abrupt_end", entity_kind="connection", entity="connection_id", connection_id="connection_id",
                    start="end_ts", end="end_ts", summary=summary, evidence=ids(F, "connections", "connection_id", "connection_id"),

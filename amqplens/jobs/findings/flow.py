@@ -68,33 +68,48 @@ def channel_flow_off(inp):
                    count=F.floor(F.col("value") / 1000))
 
 
-def _share_rows(inp, metric: str, kinds: tuple[str, ...], share_key: str):
+def _consumer_life(inp):
+    """(connection_id, channel, consumer_tag, life_start, life_end): from its basic.consume to the first basic.cancel
+    (either side's); one row per consumer tag after the groupBy of the consume and cancel frames."""
     from pyspark.sql import functions as F
 
-    return (inp.flow_whole.where((F.col("metric") == metric) & F.col("entity_kind").isin(*kinds)
-                                 & (F.col("observed_us") >= inp.conf["findings.min_life_ms"] * 1000)
-                                 & (F.col("value") >= inp.conf[share_key] * F.col("observed_us")) & (F.col("value") > 0))
-            .join(F.broadcast(inp.conn_times()), "connection_id", "left"))
+    frames = inp.control.where((F.col("class_name") == "basic") & F.col("consumer_tag").isNotNull())
+    return frames.groupBy("connection_id", "channel", "consumer_tag").agg(
+        F.min(F.when(F.col("method_name") == "consume", F.col("ts"))).alias("life_start"),
+        F.min(F.when(F.col("method_name") == "cancel", F.col("ts"))).alias("life_end"))
 
 
 def slow_consumer(inp):
-    """Consumers at their prefetch limit for findings.slow_consumer_share of the time a limit was in force; a channel
-    (basic.qos for the channel) only when none of its consumers has a row of its own."""
+    """Consumers at their prefetch limit for findings.slow_consumer_share of their life (basic.consume to
+    basic.cancel, within the time metrics_flow observed them); a channel (basic.qos for the channel) only when none
+    of its consumers has a row of its own."""
     from pyspark.sql import functions as F
 
-    rows = _share_rows(inp, "at_prefetch_limit_us", ("consumer", "channel"), "findings.slow_consumer_share")
+    tail = F.element_at(F.split("entity", "/"), -1)
+    # rows: <= one life per (connection, channel, consumer tag): the at-limit rows
+    rows = (inp.flow_whole.where((F.col("metric") == "at_prefetch_limit_us") & F.col("entity_kind").isin("consumer", "channel")
+                                 & (F.col("value") > 0))
+            .withColumn("consumer_tag", F.when(F.col("entity_kind") == "consumer", tail))
+            .join(F.broadcast(inp.conn_times()), "connection_id", "left")
+            .join(_consumer_life(inp), ["connection_id", "channel", "consumer_tag"], "left"))
+    life = F.least(F.col("observed_us"), F.unix_micros(F.coalesce("life_end", "conn_end"))
+                   - F.unix_micros(F.coalesce("life_start", "conn_start")))
+    rows = rows.withColumn("life_us", life).where(
+        (F.col("life_us") >= inp.conf["findings.min_life_ms"] * 1000)
+        & (F.col("value") >= inp.conf["findings.slow_consumer_share"] * F.col("life_us")))
     consumers = inp.flow_whole.where((F.col("metric") == "at_prefetch_limit_us") & (F.col("entity_kind") == "consumer")) \
         .select("connection_id", "channel").distinct()
     # rows: a channel row is kept only when no consumer of it has a row: at most the rows
     rows = rows.where(F.col("entity_kind") == "consumer").unionByName(
         rows.where(F.col("entity_kind") == "channel").join(consumers, ["connection_id", "channel"], "left_anti"))
     summary = F.format_string(
-        "The consumer was held at its prefetch limit for %s, %.0f%% of the %s a limit was in force: the broker waited "
-        "for its acks before delivering more.", seconds(F, F.col("value")), 100 * F.col("value") / F.col("observed_us"),
-        seconds(F, F.col("observed_us")))
+        "The consumer was held at its prefetch limit for %s, %.0f%% of its %s life: the broker waited for its acks "
+        "before delivering more.", seconds(F, F.col("value")), 100 * F.col("value") / F.col("life_us"),
+        seconds(F, F.col("life_us")))
     return finding(rows, "slow_consumer", entity_kind=F.col("entity_kind"), entity="entity", connection_id="connection_id",
-                   channel="channel", start="conn_start", end="conn_end", summary=summary,
-                   evidence=ids(F, "metrics_flow", "metric_row_id", "metric_row_id"), count=F.floor(F.col("value") / 1000))
+                   channel="channel", start=F.coalesce("life_start", "conn_start"), end=F.coalesce("life_end", "conn_end"),
+                   summary=summary, evidence=ids(F, "metrics_flow", "metric_row_id", "metric_row_id"),
+                   count=F.floor(F.col("value") / 1000))
 
 
 def credit_starved(inp):
@@ -102,7 +117,10 @@ def credit_starved(inp):
     findings.credit_starved_share of their observed time."""
     from pyspark.sql import functions as F
 
-    rows = _share_rows(inp, "zero_credit_us", ("link",), "findings.credit_starved_share")
+    rows = (inp.flow_whole.where((F.col("metric") == "zero_credit_us") & (F.col("entity_kind") == "link")
+                                 & (F.col("observed_us") >= inp.conf["findings.min_life_ms"] * 1000) & (F.col("value") > 0)
+                                 & (F.col("value") >= inp.conf["findings.credit_starved_share"] * F.col("observed_us")))
+            .join(F.broadcast(inp.conn_times()), "connection_id", "left"))
     # flow_events number a link by the receiver's handle: the broker's attach (to the client, role receiver) of a
     # link the client sends on; rows: one per (connection, channel, handle) after the groupBy
     senders = (inp.control.where((F.col("performative") == "attach") & (F.col("direction") == "to_client")

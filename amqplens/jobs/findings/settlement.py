@@ -99,29 +99,45 @@ def _consumer_queues(inp):
 
 
 def slow_settle(inp):
-    """Connections, consumers and links whose median settle latency is findings.slow_settle_factor times the capture's."""
+    """Confirms and acks slower than findings.slow_settle_factor times the capture's own median (metrics_latency's
+    capture row) and findings.slow_settle_min_ms, counted per consumer, link or channel."""
     from pyspark.sql import functions as F
 
-    lat = inp.read("metrics_latency").where((F.col("bucket_seconds") == 0)
-                                            & F.col("metric").isin("publish_confirm", "deliver_settle", "transfer_settle"))
-    keys = ["capture_id", "metric", "direction", "method"]
-    whole = lat.where(F.col("entity_kind") == "capture").select(*keys, F.col("p50_us").alias("cap_p50"),
-                                                                 F.col("count").alias("cap_count"))
     c = inp.conf
-    # rows: one capture row per (capture, metric, direction, method): the entity rows
-    rows = (lat.where(F.col("entity_kind").isin("connection", "consumer", "link")).join(whole, keys)
-            .where((F.col("count") >= c["findings.slow_settle_min_count"]) & (F.col("count") < F.col("cap_count"))
-                   & (F.col("p50_us") >= c["findings.slow_settle_factor"] * F.col("cap_p50"))
-                   & (F.col("p50_us") >= c["findings.slow_settle_min_ms"] * 1000))
-            .join(F.broadcast(inp.conn_times()), "connection_id", "left"))
+    keys = ["capture_id", "metric", "direction", "method"]
+    # rows: one per (capture, metric, direction, method): the capture rows of the settle latencies
+    medians = (inp.read("metrics_latency").where((F.col("bucket_seconds") == 0) & (F.col("entity_kind") == "capture")
+                                                 & F.col("metric").isin("publish_confirm", "deliver_settle", "transfer_settle")
+                                                 & (F.col("count") >= c["findings.slow_settle_min_count"]))
+               .select(*keys, F.col("p50_us").alias("cap_p50"), F.col("count").alias("cap_count")))
+    metric = (F.when(F.col("dialect") == "1.0", F.lit("transfer_settle"))
+              .when(F.col("direction") == "to_broker", F.lit("publish_confirm")).otherwise(F.lit("deliver_settle")))
+    mode = (F.col("dialect") == "1.0") | F.col("settle_mode").isin("confirm", "manual_ack")
+    d = (inp.read("deliveries").where(F.col("settle_latency_us").isNotNull() & mode).withColumn("metric", metric)
+         # rows: one median per (capture, metric, direction, method): the deliveries
+         .join(F.broadcast(medians), keys)
+         .where((F.col("settle_latency_us") >= c["findings.slow_settle_factor"] * F.col("cap_p50"))
+                & (F.col("settle_latency_us") >= c["findings.slow_settle_min_ms"] * 1000)))
+    kind = (F.when(F.col("consumer_tag").isNotNull(), F.lit("consumer")).when(F.col("link_name").isNotNull(), F.lit("link"))
+            .otherwise(F.lit("channel")))
+    entity = F.concat_ws("/", "connection_id", F.col("channel").cast("string"), F.coalesce("consumer_tag", "link_name"))
+    # rows: one per (entity, metric) after the groupBy of the slow ones
+    rows = (d.withColumn("ek", kind).withColumn("e", entity)
+            .groupBy("capture_id", "connection_id", "channel", "ek", "e", "metric", "direction", "method", "cap_p50", "cap_count")
+            .agg(F.count("*").alias("n"), F.min("settle_latency_us").alias("lo"), F.max("settle_latency_us").alias("hi"),
+                 F.min("sent_ts").alias("first_ts"), F.max("settled_ts").alias("last_ts"),
+                 F.min("delivery_id").alias("first_id"), F.max("delivery_id").alias("last_id")))
     what = F.when(F.col("metric") == "publish_confirm", F.lit("confirms")).when(
         F.col("metric") == "deliver_settle", F.lit("acks")).otherwise(F.lit("settlements"))
-    summary = F.format_string("Median %s latency %s (p99 %s, %d values), %.0f times the capture's median of %s.", what,
-                              seconds(F, F.col("p50_us")), seconds(F, F.col("p99_us")), F.col("count"),
-                              F.col("p50_us") / F.col("cap_p50"), seconds(F, F.col("cap_p50")))
-    return finding(rows, "slow_settle", entity_kind=F.col("entity_kind"), entity="entity", connection_id="connection_id",
-                   channel="channel", start="conn_start", end="conn_end", summary=summary,
-                   evidence=F.concat(F.lit("metrics_latency metric_row_id="), F.col("metric_row_id")), count="count",
+    summary = F.format_string("%d %s took %s to %s, more than %s times the capture's median of %s (%d in all).",
+                              F.col("n"), what, seconds(F, F.col("lo")), seconds(F, F.col("hi")),
+                              F.lit(f"{c['findings.slow_settle_factor']:g}"), seconds(F, F.col("cap_p50")), F.col("cap_count"))
+    evidence = F.format_string("deliveries settle_latency_us>=%d (%d rows: delivery_id=%s .. %s)",
+                               F.greatest(F.lit(c["findings.slow_settle_min_ms"] * 1000),
+                                          (c["findings.slow_settle_factor"] * F.col("cap_p50")).cast("long")),
+                               F.col("n"), F.col("first_id"), F.col("last_id"))
+    return finding(rows, "slow_settle", entity_kind=F.col("ek"), entity="e", connection_id="connection_id",
+                   channel="channel", start="first_ts", end="last_ts", summary=summary, evidence=evidence, count="n",
                    key=F.concat_ws("/", "metric", "direction", "method"))
 
 
