@@ -349,8 +349,8 @@ class FindingsSettings(_Section):
         500, "slow_consumer, credit_starved: a consumer or link whose state was known for less than this many "
         "milliseconds is too short-lived to judge")
     slow_consumer_share: Fraction = setting(
-        0.8, "slow_consumer: the share of the time a prefetch limit was in force that the consumer spent at it "
-        "(in-flight >= prefetch) from which it is the bottleneck")
+        0.8, "slow_consumer: the share of a consumer's life (basic.consume to basic.cancel) spent at its prefetch "
+        "limit (in-flight >= prefetch) from which it is the bottleneck")
     credit_starved_share: Fraction = setting(
         0.5, "credit_starved: the share of a 1.0 sender link's observed time without link credit from which the sender "
         "is starved")

@@ -29,10 +29,11 @@ FINDING_RULES = (
      "metrics_flow zero_credit_us and observed_us (whole capture, link) of links whose transfers go to the broker "
      "(deliveries); `findings.credit_starved_share`, `findings.min_life_ms`"),
     ("slow_consumer", "warning",
-     "A consumer (or channel) held at its prefetch limit (in-flight >= basic.qos prefetch) for a share of the time a "
-     "limit was in force: the broker waited for its acks before sending more, the consumer is the bottleneck.",
-     "metrics_flow at_prefetch_limit_us and observed_us (whole capture, consumer; a channel when no consumer row); "
-     "`findings.slow_consumer_share`, `findings.min_life_ms`"),
+     "A consumer held at its prefetch limit (in-flight >= basic.qos prefetch) for a share of its life (basic.consume "
+     "to basic.cancel, or the connection's end): the broker waited for its acks before sending more, the consumer is "
+     "the bottleneck.",
+     "metrics_flow at_prefetch_limit_us and observed_us (whole capture, consumer rows), frames (basic.consume and "
+     "basic.cancel: the consumer's life); `findings.slow_consumer_share`, `findings.min_life_ms`"),
     ("unsettled_at_end", "warning",
      "Deliveries or transfers never settled: unacknowledged when their channel, link or connection closed or the "
      "capture ended (the broker requeues them), or publishes never confirmed (the publisher does not know whether "

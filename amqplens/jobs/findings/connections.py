@@ -30,7 +30,7 @@ def _heartbeat_candidates(inp):
     logged = (inp.broker_events.where(F.col("connection_id").isNotNull() & F.lower("message").contains("missed heartbeats"))
               .groupBy("connection_id").agg(F.min_by(F.struct("event_id", "message"), "ts").alias("log")))
     # rows: connection_id is the key of all three
-    rows = inp.connections.join(_missed(inp), "connection_id", "left").join(logged, "connection_id", "left")
+    rows = inp.connections.join(F.broadcast(_missed(inp)), "connection_id", "left").join(F.broadcast(logged), "connection_id", "left")
     missed = F.greatest(F.coalesce("missed_to_server", F.lit(0.0)), F.coalesce("missed_to_client", F.lit(0.0)))
     return rows.where(F.col("log").isNotNull() | ((missed >= 2) & F.expr(NO_CLOSE) & (F.col("end_reason") != "capture_end"))) \
         .withColumn("missed", missed)

@@ -34,18 +34,12 @@ def errors(inp):
     evidence = F.format_string("metrics_errors kind=%s connection_id=%s code=%s condition=%s (first metric_row_id=%s)",
                                F.col("kind"), F.col("connection_id"), F.coalesce(F.col("code").cast("string"), F.lit("-")),
                                F.col("condition"), F.col("row_id"))
-    # a connection closed by the broker with an error is critical; a client's own error close is a warning
-    sev = F.when((fkind == "connection_error") & (F.col("raised_by") != "broker"), F.lit("warning")).otherwise(F.lit(None))
-    out = None
-    for k in ("channel_error", "connection_error", "link_error"):
-        part = rows.where(fkind == k)
-        severity = None if k != "connection_error" else F.coalesce(sev, F.lit("critical"))
-        df = finding(part, k, entity_kind="connection", entity="connection_id", connection_id="connection_id",
-                     start=F.greatest("b0", F.coalesce("conn_start", "b0")), end=F.least("b1", F.coalesce("conn_end", "b1")),
-                     summary=summary, evidence=evidence, count="n", severity=severity,
-                     key=F.concat_ws("/", "kind", "raised_by", F.col("code").cast("string"), "condition"))
-        out = df if out is None else out.unionByName(df)
-    return out
+    # a connection closed by the broker with an error is critical (the kind's severity); a client's own is a warning
+    sev = F.when((fkind == "connection_error") & (F.col("raised_by") != "broker"), F.lit("warning"))
+    return finding(rows, fkind, entity_kind="connection", entity="connection_id", connection_id="connection_id",
+                   start=F.greatest("b0", F.coalesce("conn_start", "b0")), end=F.least("b1", F.coalesce("conn_end", "b1")),
+                   summary=summary, evidence=evidence, count="n", severity=sev,
+                   key=F.concat_ws("/", "kind", "raised_by", F.col("code").cast("string"), "condition"))
 
 
 def consumer_cancelled(inp):
@@ -57,7 +51,7 @@ def consumer_cancelled(inp):
     # rows: one queue per (connection, consumer tag)
     queues = (inp.control.where((F.col("class_name") == "basic") & (F.col("method_name") == "consume"))
               .groupBy("connection_id", "consumer_tag").agg(F.first("queue", ignorenulls=True).alias("q")))
-    rows = rows.join(queues, ["connection_id", "consumer_tag"], "left")
+    rows = rows.join(F.broadcast(queues), ["connection_id", "consumer_tag"], "left")
     summary = F.format_string("The broker cancelled consumer '%s'%s (basic.cancel): its queue was deleted or became "
                               "unavailable; it receives nothing more.", F.coalesce("consumer_tag", F.lit("")),
                               F.when(F.col("q").isNotNull(), F.format_string(" on queue '%s'", F.col("q"))).otherwise(F.lit("")))

@@ -58,7 +58,7 @@ def channel_flow_off(inp):
             .groupBy("connection_id", "channel")
             .agg(F.min(F.when(~F.col("flow_active"), F.col("ts"))).alias("off_ts"), F.max("ts").alias("last_ts")))
     # rows: one span per (connection, channel): off rows
-    rows = off.join(span, ["connection_id", "channel"], "left").join(F.broadcast(inp.conn_times()), "connection_id", "left")
+    rows = off.join(F.broadcast(span), ["connection_id", "channel"], "left").join(F.broadcast(inp.conn_times()), "connection_id", "left")
     summary = F.format_string("The channel spent %s with channel.flow off (%.0f%% of the %s observed): its peer asked it "
                               "to stop sending content.", seconds(F, F.col("value")),
                               100 * F.col("value") / F.col("observed_us"), seconds(F, F.col("observed_us")))
@@ -81,32 +81,26 @@ def _consumer_life(inp):
 
 def slow_consumer(inp):
     """Consumers at their prefetch limit for findings.slow_consumer_share of their life (basic.consume to
-    basic.cancel, within the time metrics_flow observed them); a channel (basic.qos for the channel) only when none
-    of its consumers has a row of its own."""
+    basic.cancel, within the time metrics_flow observed them)."""
     from pyspark.sql import functions as F
 
     tail = F.element_at(F.split("entity", "/"), -1)
     # rows: <= one life per (connection, channel, consumer tag): the at-limit rows
-    rows = (inp.flow_whole.where((F.col("metric") == "at_prefetch_limit_us") & F.col("entity_kind").isin("consumer", "channel")
+    rows = (inp.flow_whole.where((F.col("metric") == "at_prefetch_limit_us") & (F.col("entity_kind") == "consumer")
                                  & (F.col("value") > 0))
-            .withColumn("consumer_tag", F.when(F.col("entity_kind") == "consumer", tail))
+            .withColumn("consumer_tag", tail)
             .join(F.broadcast(inp.conn_times()), "connection_id", "left")
-            .join(_consumer_life(inp), ["connection_id", "channel", "consumer_tag"], "left"))
+            .join(F.broadcast(_consumer_life(inp)), ["connection_id", "channel", "consumer_tag"], "left"))
     life = F.least(F.col("observed_us"), F.unix_micros(F.coalesce("life_end", "conn_end"))
                    - F.unix_micros(F.coalesce("life_start", "conn_start")))
     rows = rows.withColumn("life_us", life).where(
         (F.col("life_us") >= inp.conf["findings.min_life_ms"] * 1000)
         & (F.col("value") >= inp.conf["findings.slow_consumer_share"] * F.col("life_us")))
-    consumers = inp.flow_whole.where((F.col("metric") == "at_prefetch_limit_us") & (F.col("entity_kind") == "consumer")) \
-        .select("connection_id", "channel").distinct()
-    # rows: a channel row is kept only when no consumer of it has a row: at most the rows
-    rows = rows.where(F.col("entity_kind") == "consumer").unionByName(
-        rows.where(F.col("entity_kind") == "channel").join(consumers, ["connection_id", "channel"], "left_anti"))
     summary = F.format_string(
         "The consumer was held at its prefetch limit for %s, %.0f%% of its %s life: the broker waited for its acks "
         "before delivering more.", seconds(F, F.col("value")), 100 * F.col("value") / F.col("life_us"),
         seconds(F, F.col("life_us")))
-    return finding(rows, "slow_consumer", entity_kind=F.col("entity_kind"), entity="entity", connection_id="connection_id",
+    return finding(rows, "slow_consumer", entity_kind="consumer", entity="entity", connection_id="connection_id",
                    channel="channel", start=F.coalesce("life_start", "conn_start"), end=F.coalesce("life_end", "conn_end"),
                    summary=summary, evidence=ids(F, "metrics_flow", "metric_row_id", "metric_row_id"),
                    count=F.floor(F.col("value") / 1000))
@@ -128,7 +122,7 @@ def credit_starved(inp):
                .select("connection_id", "channel", F.concat(F.lit("handle "), F.col("handle").cast("string")).alias("_h"))
                .distinct())
     tail = F.element_at(F.split("entity", "/"), -1)
-    rows = rows.join(senders, (rows.connection_id == senders.connection_id) & (rows.channel == senders.channel)
+    rows = rows.join(F.broadcast(senders), (rows.connection_id == senders.connection_id) & (rows.channel == senders.channel)
                      & (tail == senders._h), "left_semi")
     summary = F.format_string(
         "The sender link had no link credit for %s, %.0f%% of the %s observed: the broker left the client unable to send.",

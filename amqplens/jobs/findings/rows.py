@@ -15,16 +15,19 @@ def _col(F, value, cast: str):
     return (F.col(value) if isinstance(value, str) else value).cast(cast)
 
 
-def finding(df, kind: str, *, entity_kind, entity, connection_id, start, end, summary, evidence, count,
+def finding(df, kind, *, entity_kind, entity, connection_id, start, end, summary, evidence, count,
             channel=None, key=None, severity=None):
-    """``df``'s rows as findings of ``kind``; each argument a column name or a Column (``entity_kind`` a literal
-    string or a Column); severity defaults to the rule's (amqplens/contracts/findings.py)."""
+    """``df``'s rows as findings of ``kind`` (a kind, or a Column of kinds: one query for several); each argument a
+    column name or a Column (``entity_kind`` a literal string or a Column); severity defaults to the kind's
+    (amqplens/contracts/findings.py)."""
     from pyspark.sql import functions as F
 
+    kinds = F.lit(kind) if isinstance(kind, str) else kind
+    default = F.create_map(*[F.lit(x) for pair in SEVERITY.items() for x in pair])[kinds]
     return df.select(
         F.col("capture_id"),
-        F.lit(kind).alias("kind"),
-        (F.lit(SEVERITY[kind]) if severity is None else severity).alias("severity"),
+        kinds.alias("kind"),
+        (default if severity is None else F.coalesce(severity, default)).alias("severity"),
         (F.lit(entity_kind) if isinstance(entity_kind, str) else entity_kind).alias("entity_kind"),
         _col(F, entity, "string").alias("entity"),
         _col(F, connection_id, "string").alias("connection_id"),

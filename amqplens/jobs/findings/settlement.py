@@ -52,13 +52,9 @@ def outcomes(inp):
                                F.col("first_id"), F.col("last_id"))
     start = F.greatest("first_ts", F.coalesce("conn_start", "first_ts"))
     end = F.when(F.col("kind") == "unsettled_at_end", F.coalesce("conn_end", "last_ts")).otherwise(F.col("last_ts"))
-    out = None
-    for k in sorted(set(OUTCOME_KIND.values())):
-        rows = finding(groups.where(F.col("kind") == k), k, entity_kind="connection", entity="connection_id",
-                       connection_id="connection_id", start=start, end=end, summary=summary, evidence=evidence,
-                       count="n", key=F.concat_ws("/", "direction", "outcome"))
-        out = rows if out is None else out.unionByName(rows)
-    return out
+    return finding(groups, F.col("kind"), entity_kind="connection", entity="connection_id", connection_id="connection_id",
+                   start=start, end=end, summary=summary, evidence=evidence, count="n",
+                   key=F.concat_ws("/", "direction", "outcome"))
 
 
 def redelivery_loop(inp):
