@@ -315,7 +315,6 @@ def unsettled_at_end(run: Run):
         run.facts["confirmed_after_resume"] = run.client["confirmed"] - confirmed_first
         for c in (c_open, c_pub):
             c.close()
-        run.node.ctl("eval", "ok.")
         for q in names.values():
             run.node.ctl("delete_queue", q)
 
@@ -375,7 +374,8 @@ def heartbeat_timeout(run: Run) -> None:
         expected_findings=[
             f"connection fixture-{run.name}-silent closed by the broker for missed heartbeats: heartbeat "
             f"{HEARTBEAT_S} s negotiated (connection.tune-ok); the client sent nothing from about "
-            f"{t_silent:.3f} (epoch s; its last heartbeat went out up to 1 s before), the broker kept sending "
+            f"{t_silent:.3f} (epoch s; its last heartbeat had gone out a second or so before: the silences "
+            "below give the silence on the wire), the broker kept sending "
             f"heartbeats, then, by its log {t_logged - t_silent:.1f} s after the silence began, reset the TCP "
             "connection (RST: no connection.close, no FIN); the client found out only at its next read "
             f"({error[0]}: connection reset by peer); broker log: "
@@ -538,7 +538,9 @@ def churn(run: Run) -> None:
             "ms (client-measured, connect to close-ok), one publish each",
             f"channel churn: {CHURN_CHANNELS} channels opened and closed on connection fixture-{run.name}-main "
             f"within {t2 - t1:.1f} s, each open for at most {max(ch_lives) * 1000:.0f} ms",
-            "nothing else: every connection and channel closes cleanly (200)"])
+            f"nothing else: every connection closes with 200; pika closes each of the {CHURN_CHANNELS} short channels "
+            "with channel.close reply-code 0 \"Normal shutdown\" (its BlockingChannel.close() default), not 200: "
+            "a client's normal close, no channel error"])
 
 
 # -- 8. publishes nacked -----------------------------------------------------
@@ -575,14 +577,14 @@ def publish_nacked(run: Run) -> None:
 
 # -- 9. clean traffic (the negative control) ---------------------------------
 
-CLEAN_RATE_S = 0.05  # one publish every 50 ms while publishing
+CLEAN_RATE_S = 0.1  # one publish every 100 ms while publishing
 
 
 @fault
 def clean_traffic(run: Run) -> None:
     """The negative control. heartbeat 2 s on two connections: a publisher in
     confirm mode and a consumer (basic.qos prefetch 20) that acks each delivery
-    as it arrives. 3 s of publishing (one every 50 ms), 3 s idle (heartbeats
+    as it arrives. 3 s of publishing (one every 100 ms), 3 s idle (heartbeats
     only), 2 s of publishing; every publish confirmed and every delivery acked;
     basic.cancel, clean closes."""
     pub = connect(run, "publisher", heartbeat=2)
@@ -617,13 +619,19 @@ def clean_traffic(run: Run) -> None:
         spin(seconds, publishing)
     confirms.wait()
     pump(con, lambda: run.client["delivered"] == run.client["published"], what="all delivered")
-    run.snapshot("drained")
+    snapper = threading.Thread(target=run.snapshot, args=("drained",))
+    snapper.start()
+    while snapper.is_alive():  # rabbitmqctl takes seconds: both connections keep their heartbeats meanwhile
+        spin(0.1, False)
+    snapper.join()
     cch.basic_cancel(ctag)
     pch.queue_delete(q)
     con.close()
     pub.close()
     run.facts.update(consumer_tag=ctag, phases=phases, max_ack_delay_s=round(max(ack_delays), 4), expected_findings=[
-        "none above info: heartbeats on time on both connections (2 s negotiated), every publish confirmed, "
+        "none above info: heartbeats on time on both connections (2 s negotiated; RabbitMQ beats only after "
+        "a whole check of 1 s in which it sent nothing, so the broker's side may stay silent for almost 2 s: "
+        "a missed-heartbeat rule must allow two intervals, as the broker does), every publish confirmed, "
         f"every delivery acked on arrival (client-side delay at most {max(ack_delays) * 1000:.1f} ms), the "
         "consumer never near its prefetch 20, no error, both connections closed with 200"])
 
@@ -667,8 +675,11 @@ def connection_ends(pcap: Path) -> list[str]:
             e["events"].append(f"FIN from {side} first")
         if rst in ("1", "True"):
             e["events"].append(f"RST from {side}")
-    return [f"client port {e['client_port']}: " + (", ".join(e["events"]) or "open at capture end")
-            for e in ends.values()]
+    grouped: dict = collections.OrderedDict()  # the same end, in the order first seen -> client ports
+    for e in ends.values():
+        grouped.setdefault(", ".join(e["events"]) or "open at capture end", []).append(e["client_port"])
+    return [f"client port {ports[0]}: {how}" if len(ports) == 1 else
+            f"{len(ports)} connections (client ports {', '.join(ports)}): {how}" for how, ports in grouped.items()]
 
 
 def heartbeat_frames(pcap: Path) -> collections.Counter:
@@ -676,6 +687,26 @@ def heartbeat_frames(pcap: Path) -> collections.Counter:
     for sport, types in tshark_fields(pcap, "tcp.srcport", "amqp.type", display="amqp"):
         counts["broker" if int(sport) == AMQP_PORT else "client"] += types.split(";").count("8")
     return counts
+
+
+def longest_silences(pcap: Path) -> list[str]:
+    """Per connection, the longest stretch in which each side sent no TCP payload (heartbeats count), up
+    to the connection's last packet (a FIN or RST ends a silence too)."""
+    last: dict = {}
+    end: dict = {}
+    gaps: dict = collections.OrderedDict()
+    for sport, dport, rel, length in tshark_fields(pcap, "tcp.srcport", "tcp.dstport", "frame.time_relative", "tcp.len"):
+        side = "broker" if int(sport) == AMQP_PORT else "client"
+        port, t = (dport if side == "broker" else sport), float(rel)
+        gaps.setdefault(port, {"client": 0.0, "broker": 0.0})
+        end[port] = t
+        if length and int(length) > 0:
+            if (port, side) in last:
+                gaps[port][side] = max(gaps[port][side], t - last[port, side])
+            last[port, side] = t
+    for (port, side), t in last.items():
+        gaps[port][side] = max(gaps[port][side], end[port] - t)
+    return [f"client port {port}: client {g['client']:.2f} s, broker {g['broker']:.2f} s" for port, g in gaps.items()]
 
 
 def log_highlights(log: str, limit: int = 8) -> list[str]:
@@ -694,6 +725,10 @@ def readme_section(name: str, oracle: dict, versions: dict) -> str:
     findings = "\n".join(f"- {f}" for f in oracle["facts"]["expected_findings"])
     ends = "\n".join(f"- {e}" for e in connection_ends(pcap))
     lines = "\n".join(f"    {ln}" for ln in log_highlights(log)) or "    (no warning or error lines)"
+    silences = ""
+    if beats["client"] or beats["broker"]:  # heartbeats negotiated
+        silences = ("\nLongest time each side sent nothing (no TCP payload, heartbeats included), tshark:\n\n"
+                    + "\n".join(f"- {x}" for x in longest_silences(pcap)) + "\n")
     return f"""{heading(name)}: {FAULT_TITLES[name]} (issue 34)
 
 Regenerate this one alone (as root; only this section of the README is rewritten):
@@ -714,7 +749,7 @@ Client counts (`client` in `{name}.oracle.json`): {client}. Its `facts` hold wha
 How each connection ended (tshark):
 
 {ends}
-
+{silences}
 Findings a diagnosing tool should raise (from the script and what the client measured):
 
 {findings}
