@@ -18,7 +18,9 @@ from tests.findings.conftest import BROKER
 
 pytestmark = pytest.mark.spark
 
-CLEAN = ("heartbeat", "publish_confirms")  # publish_confirms: but for the one unroutable publish the script made
+# the negative control, and two scenarios that did nothing wrong (publish_confirms: but for the one unroutable
+# publish its script made on purpose)
+CLEAN = ("clean_traffic", "heartbeat", "publish_confirms")
 
 
 def oracle(name: str) -> dict:
@@ -61,7 +63,7 @@ def test_a_rerun_writes_the_same_rows(spark, findings_lake):
     from amqplens.jobs import findings
 
     c, store, ids, _ = findings_lake
-    some = [ids["channel_error"], ids["connection_blocked"]]
+    some = [ids["channel_error"]]
     before = sorted(store.read_arrow("findings", FINDINGS.column_names, some).to_pylist(), key=lambda r: r["finding_id"])
     assert findings.run(spark, c, some) == []  # done: nothing to do
     # another threshold that changes none of these rows: the units are derived again, the rows are the same
@@ -167,7 +169,7 @@ def test_heartbeat_timeout(findings_lake):
     facts = oracle("heartbeat_timeout")["facts"]
     (f,) = found(findings_lake, "heartbeat_timeout", "heartbeat_timeout")
     assert f["severity"] == "critical" and "missed heartbeats from client" in f["summary"]
-    assert f"of {facts['negotiated_heartbeat_s']} s" in f["summary"] and "the client" in f["summary"]
+    assert f"(heartbeat {facts['negotiated_heartbeat_s']} s)" in f["summary"] and "from the client" in f["summary"]
     assert f["end_ts"].timestamp() == pytest.approx(facts["broker_logged_ts"], abs=1.0)
     assert {k for k, _ in above_info(found(findings_lake, "heartbeat_timeout"))} == {"heartbeat_timeout", "abrupt_end"}
 
@@ -230,6 +232,19 @@ def test_consumers_cancelled_by_the_broker(findings_lake):
 
 
 # ------------------------------------------------------------------ what the capture could not show
+def test_connection_and_channel_churn(findings_lake):
+    client = oracle("churn")["client"]
+    names = connection_names(findings_lake, "churn")
+    rows = found(findings_lake, "churn", "connection_churn")
+    (conns,) = [r for r in rows if r["entity_kind"] == "client"]
+    assert conns["count"] == client["short_connections"] and conns["connection_id"] is None
+    (chans,) = [r for r in rows if r["entity_kind"] == "connection"]
+    assert names[chans["connection_id"]] == "fixture-churn-main"
+    assert chans["count"] == client["short_channels"] + 1  # and the channel it declared the queue on
+    # pika closes its short channels with reply-code 0 "Normal shutdown": a normal close, no channel error
+    assert [k for k, _ in above_info(found(findings_lake, "churn"))] == ["connection_churn", "connection_churn"]
+
+
 def test_tls_not_decrypted(findings_lake):
     (f,) = found(findings_lake, "tls12", "tls_not_decrypted")
     assert f["severity"] == "info" and "no_key" in f["summary"]

@@ -20,7 +20,9 @@ def errors(inp):
     keys = ["capture_id", "connection_id", "kind", "raised_by", "code", "condition"]
     # rows: the connection rows of metrics_errors in time buckets, one per (connection, error) after the groupBy
     rows = (inp.read("metrics_errors").where((F.col("entity_kind") == "connection") & (F.col("bucket_seconds") > 0)
-                                             & F.col("kind").isin(*ERROR_KIND) & ~refused)
+                                             & F.col("kind").isin(*ERROR_KIND) & ~refused
+                                             # reply-code 0: pika's normal channel.close (BlockingChannel.close())
+                                             & (F.coalesce(F.col("code"), F.lit(-1)) != 0))
             .groupBy(*keys)
             .agg(F.sum("count").alias("n"), F.min("bucket_start").alias("b0"),
                  F.max(F.timestamp_micros(F.unix_micros("bucket_start") + F.col("bucket_seconds") * 1_000_000)).alias("b1"),

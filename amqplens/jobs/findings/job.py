@@ -51,7 +51,12 @@ def findings(inp: Inputs, caps, labels):
             .withColumn("partial", F.when(F.col("connection_id").isNotNull(), F.coalesce("_gap_conn", F.lit(False)))
                         .otherwise(F.coalesce("_gap_cap", F.lit(False))))
             # rows: one caps row per capture
-            .join(F.broadcast(caps.select("capture_id", "capture_date")), "capture_id")
+            .join(F.broadcast(caps.select("capture_id", "capture_date", "first_ts", "last_ts")), "capture_id")
+            # a rule's time a row of its input left null (a connection a broker log gives, say): the capture's
+            .withColumn("start_ts", F.coalesce("start_ts", "end_ts", "first_ts", F.timestamp_micros(F.lit(0))))
+            .withColumn("end_ts", F.coalesce("end_ts", "last_ts", "start_ts"))
+            .withColumn("entity", F.coalesce("entity", "connection_id", "capture_id"))
+            .withColumn("count", F.coalesce("count", F.lit(0)))
             .withColumn("finding_id", F.sha2(F.concat_ws("|", "capture_id", "kind", "entity", "key"), 256)))
     return conform(with_labels(rows.withColumn("entity_label", F.lit(None).cast("string")), labels), FINDINGS)
 
@@ -68,7 +73,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     if not pending:
         return []
     ids = list(pending)
-    caps = store.read("captures").select("capture_id", "capture_date").where(F.col("capture_id").isin(ids))
+    caps = store.read("captures").select("capture_id", "capture_date", "first_ts", "last_ts").where(F.col("capture_id").isin(ids))
     inp = inputs(store, conf, ids)
     labels = label_maps(inp.read("captures"), inp.read("connections"), inp.control)
     try:
