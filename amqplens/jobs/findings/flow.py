@@ -14,7 +14,7 @@ def publisher_blocked(inp):
 
     w = Window.partitionBy("connection_id").orderBy("ts", "event_id")
     # rows: the blocked/unblocked events (two per block); connection_id is unique on the right
-    ev = (inp.read("flow_events").where(F.col("event").isin("blocked", "unblocked") & (F.col("entity") == "connection"))
+    ev = (inp.flow_events.where(F.col("event").isin("blocked", "unblocked") & (F.col("entity") == "connection"))
           .select("capture_id", "connection_id", "ts", "event", "event_id", "reason")
           .withColumn("prev", F.lag("event").over(w))
           .withColumn("next_ts", F.lead("ts").over(w)).withColumn("next_id", F.lead("event_id").over(w))
@@ -54,7 +54,7 @@ def channel_flow_off(inp):
     off = inp.flow_whole.where((F.col("metric") == "flow_off_us") & (F.col("value") > 0)
                                & (F.col("value") >= inp.conf["findings.min_blocked_ms"] * 1000))
     # rows: the flow events of channels (0-9-1 channel.flow: rare), one row per channel after the groupBy
-    span = (inp.read("flow_events").where((F.col("event") == "flow") & F.col("flow_active").isNotNull())
+    span = (inp.flow_events.where((F.col("event") == "flow") & F.col("flow_active").isNotNull())
             .groupBy("connection_id", "channel")
             .agg(F.min(F.when(~F.col("flow_active"), F.col("ts"))).alias("off_ts"), F.max("ts").alias("last_ts")))
     # rows: one span per (connection, channel): off rows

@@ -13,6 +13,10 @@ CONNECTION_COLUMNS = (
     "client_idle_timeout_ms", "server_idle_timeout_ms", "close_code", "close_text", "amqp_closed_by", "sasl_outcome",
     "close_condition", "close_description", "user", "vhost", "missing_bytes_to_server", "missing_bytes_to_client",
     "client_properties_json", "client_container_id")
+DELIVERY_COLUMNS = ("capture_id", "connection_id", "delivery_id", "dialect", "direction", "channel", "consumer_tag",
+                    "link_name", "method", "exchange", "routing_key", "queue", "message_id", "body_sha256", "redelivered",
+                    "settle_mode", "sent_ts", "settled_ts", "settle_latency_us", "outcome")
+FLOW_COLUMNS = ("capture_id", "connection_id", "ts", "event", "event_id", "entity", "channel", "reason", "flow_active")
 CONTROL_COLUMNS = ("capture_id", "connection_id", "frame_id", "ts", "direction", "channel", "class_name", "method_name",
                    "performative", "consumer_tag", "queue", "handle", "link_name", "role")
 
@@ -25,6 +29,8 @@ class Inputs:
     control: Any  # attach, basic.consume and basic.cancel frames (a few per channel and link), cached
     flow_whole: Any  # metrics_flow rows for the whole capture (bucket_seconds 0), cached
     broker_events: Any  # broker_events: alarms and errors of every log (a few rows per connection), cached
+    deliveries: Any  # the deliveries some rule looks at (outcomes, redelivered, slow settles), few columns, cached
+    flow_events: Any  # the blocked, unblocked and channel.flow events, cached
 
     def conn_times(self):
         """(connection_id, conn_start, conn_end): one row per connection, to broadcast."""
@@ -33,7 +39,7 @@ class Inputs:
         return self.connections.select("connection_id", F.col("start_ts").alias("conn_start"), F.col("end_ts").alias("conn_end"))
 
     def cached(self):
-        return (self.connections, self.control, self.flow_whole, self.broker_events)
+        return (self.connections, self.control, self.flow_whole, self.broker_events, self.deliveries, self.flow_events)
 
 
 def inputs(store, conf: Config, capture_ids: list[str]) -> Inputs:
@@ -52,4 +58,13 @@ def inputs(store, conf: Config, capture_ids: list[str]) -> Inputs:
     heartbeat = F.col("connection_id").isNotNull() & F.lower(F.col("message")).contains("missed heartbeats")
     events = (store.read("broker_events").where(F.col("event").isin("alarm_set", "alarm_cleared") | heartbeat)
               .select("event_id", "ts", "event", "alarm_resource", "node", "connection_id", "reply_text", "message").cache())
-    return Inputs(conf, read, connections, control, flow_whole, events)
+    # one scan of each large table for every rule: rows <= the deliveries with an outcome a rule names, redelivered,
+    # or settled slower than findings.slow_settle_min_ms; the flow events of blocks and channel.flow
+    from amqplens.jobs.findings.settlement import OUTCOME_KIND
+
+    wanted = (F.col("outcome").isin(*OUTCOME_KIND) | F.col("redelivered")
+              | (F.col("settle_latency_us") >= conf["findings.slow_settle_min_ms"] * 1000))
+    deliveries = read("deliveries").where(wanted).select(*DELIVERY_COLUMNS).cache()
+    flow_events = (read("flow_events").where(F.col("event").isin("blocked", "unblocked", "flow"))
+                   .select(*FLOW_COLUMNS).cache())
+    return Inputs(conf, read, connections, control, flow_whole, events, deliveries, flow_events)

@@ -3,7 +3,7 @@
 spark-submit jobs/findings.py --lake DIR [--capture-id ID ...] [--config F] [--set k=v]
 
 Each rule family (flow.py, settlement.py, connections.py, errors.py) returns a few rows per capture: aggregates of
-the tables, never their rows. ``findings`` unions them, names each entity as the metric tables do
+the tables, never their rows. ``raw_findings`` runs the rules (a few at a time) and gathers their rows, ``findings`` names each entity as the metric tables do
 (``amqplens.jobs.labels``), marks the findings of connections with gaps as partial and gives each a deterministic
 id; ``run`` writes them through the TableStore, one unit per capture (a capture without findings is committed
 empty: done).
@@ -20,6 +20,7 @@ from amqplens.contracts.findings import FINDINGS
 from amqplens.decode import __version__
 from amqplens.jobs.findings import connections, errors, flow, settlement
 from amqplens.jobs.findings.inputs import Inputs, inputs
+from amqplens.jobs.findings.rows import RAW
 from amqplens.jobs.labels import label_maps, with_labels
 from amqplens.lake.store import TableStore, conform
 
@@ -33,16 +34,29 @@ def app_id(capture_id: str, decoder_version: str, conf: Config) -> str:
     return f"amqplens/{JOB}/{capture_id}/{decoder_version}/{__version__}+{hashlib.sha256(knobs.encode()).hexdigest()[:12]}"
 
 
-def findings(inp: Inputs, caps, labels):
-    """Every rule's rows, labelled, with partial, finding_id and capture_date (the findings table's columns)."""
-    from pyspark.sql import functions as F
+def raw_findings(spark, inp: Inputs, parallel: int = 1):
+    """Every rule's rows (few: the findings), each rule's query run on its own and its rows collected, then one small
+    DataFrame of them all: a union of the rules' plans, each rebuilt by every later union and withColumn, cost more
+    planning than the queries themselves. ``parallel`` queries at a time, from driver threads."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    raw = None
-    for family in RULE_FAMILIES:
-        for rule in family.RULES:
-            rows = rule(inp)
-            raw = rows if raw is None else raw.unionByName(rows)
-    assert raw is not None
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    rules = [rule for family in RULE_FAMILIES for rule in family.RULES]
+    micros = lambda df: df.select(*[F.unix_micros(c).alias(c) if c.endswith("_ts") else F.col(c) for c in RAW])  # noqa: E731
+    with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="amqplens-findings") as pool:
+        # rows: the findings of one rule (a few per entity), collected
+        parts = list(pool.map(lambda rule: micros(rule(inp)).collect(), rules))
+    types = {"channel": T.IntegerType(), "count": T.LongType(), "start_ts": T.LongType(), "end_ts": T.LongType()}
+    schema = T.StructType([T.StructField(c, types.get(c, T.StringType())) for c in RAW])
+    df = spark.createDataFrame([tuple(r) for part in parts for r in part], schema)
+    return df.select(*[F.timestamp_micros(c).alias(c) if c.endswith("_ts") else F.col(c) for c in RAW])
+
+
+def findings(inp: Inputs, caps, labels, raw):
+    """``raw`` (the rules' rows) labelled, with partial, finding_id and capture_date (the findings table's columns)."""
+    from pyspark.sql import functions as F
     # partial: a finding on a connection with gaps; one not about a connection, when its capture has any
     gaps = inp.connections.where((F.col("missing_bytes_to_server") + F.col("missing_bytes_to_client")) > 0)
     gap_conns = gaps.select("connection_id", F.lit(True).alias("_gap_conn")).distinct()  # rows: one per connection
@@ -75,9 +89,10 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     ids = list(pending)
     caps = store.read("captures").select("capture_id", "capture_date", "first_ts", "last_ts").where(F.col("capture_id").isin(ids))
     inp = inputs(store, conf, ids)
-    labels = label_maps(inp.read("captures"), inp.read("connections"), inp.control)
+    labels = label_maps(inp.read("captures"), inp.connections, inp.control)
     try:
-        done = store.write(JOB, lambda: findings(inp, caps, labels), units=pending, run_id=run_id)
+        raw = raw_findings(spark, inp, conf["metrics.concurrent_tables"])
+        done = store.write(JOB, findings(inp, caps, labels, raw), units=pending, run_id=run_id)
     finally:
         for df in (*inp.cached(), *labels.values()):
             df.unpersist()

@@ -18,7 +18,7 @@ def outcomes(inp):
 
     kind = F.create_map(*[F.lit(x) for pair in OUTCOME_KIND.items() for x in pair])[F.col("outcome")]
     # rows: <= connections x 2 directions x len(OUTCOME_KIND) (a groupBy of the deliveries with these outcomes)
-    groups = (inp.read("deliveries").where(F.col("outcome").isin(*OUTCOME_KIND))
+    groups = (inp.deliveries.where(F.col("outcome").isin(*OUTCOME_KIND))
               .groupBy("capture_id", "connection_id", "direction", "outcome")
               .agg(F.count("*").alias("n"), F.min("sent_ts").alias("first_ts"),
                    F.max(F.coalesce("settled_ts", "sent_ts")).alias("last_ts"),
@@ -63,7 +63,7 @@ def redelivery_loop(inp):
 
     msg = F.coalesce(F.col("message_id"), F.concat_ws("|", "body_sha256", "exchange", "routing_key"))
     # rows: a groupBy of the redelivered deliveries: <= their count, one per (queue, message)
-    loops = (inp.read("deliveries").where(F.col("redelivered") & (F.col("direction") == "from_broker"))
+    loops = (inp.deliveries.where(F.col("redelivered") & (F.col("direction") == "from_broker"))
              .join(F.broadcast(_consumer_queues(inp)), ["connection_id", "consumer_tag"], "left")  # rows: <= 1 per consumer
              .withColumn("q", F.coalesce("queue", "consumer_queue", F.lit("")))
              .withColumn("msg", msg)
@@ -109,7 +109,7 @@ def slow_settle(inp):
     metric = (F.when(F.col("dialect") == "1.0", F.lit("transfer_settle"))
               .when(F.col("direction") == "to_broker", F.lit("publish_confirm")).otherwise(F.lit("deliver_settle")))
     mode = (F.col("dialect") == "1.0") | F.col("settle_mode").isin("confirm", "manual_ack")
-    d = (inp.read("deliveries").where(F.col("settle_latency_us").isNotNull() & mode).withColumn("metric", metric)
+    d = (inp.deliveries.where(F.col("settle_latency_us").isNotNull() & mode).withColumn("metric", metric)
          # rows: one median per (capture, metric, direction, method): the deliveries
          .join(F.broadcast(medians), keys)
          .where((F.col("settle_latency_us") >= c["findings.slow_settle_factor"] * F.col("cap_p50"))
