@@ -49,6 +49,6 @@ def section(rows: list[dict], counts: dict[str, int], paged: set, link) -> str:
         out.append(f'<tr class="finding {html.escape(r["severity"])}"><td style="color:{colour}"><b>'
                    f'{html.escape(r["severity"])}</b></td><td>{html.escape(r["kind"])}</td><td>{about}</td>'
                    f"<td>{html.escape(when)}</td><td>{html.escape(r['summary'])}{partial}</td>"
-                   f"<td style=\"word-break:break-all;min-width:20em;max-width:26em;font-size:85%\"><code>{html.escape(r['evidence'])}</code></td>"
+                   f"<td style=\"word-break:break-all;min-width:15em;max-width:19em;font-size:80%\"><code>{html.escape(r['evidence'])}</code></td>"
                    f"<td>{plot}</td></tr>")
     return head + "\n".join(out) + "</table>"
