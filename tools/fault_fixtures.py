@@ -1,7 +1,7 @@
 """Real-broker captures of faults caused on purpose (issue 34: the findings rules).
 
 Each scenario here is a solo fixture of ``tools/make_fixtures.py`` (never in the
-demo, never in a full run's ``rabbitmq.log``): run one alone, as root, with
+demo; a full run takes them too): run one alone, as root, with
 
     .venv/bin/python tools/make_fixtures.py --only slow_consumer --no-demo
 

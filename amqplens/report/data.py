@@ -57,7 +57,10 @@ def busiest_series(store, entity: str, event: str, values: list[str], n: int, po
     top = top.select(*[F.col(k).alias(f"top_{k}") for k in keys], "t0", "t1")
     on = [fe[k].eqNullSafe(top[f"top_{k}"]) for k in keys]
     span = F.greatest(F.unix_micros("t1") - F.unix_micros("t0"), F.lit(1))
-    slot = F.floor((F.unix_micros("ts") - F.unix_micros("t0")) * points / (span + 1))
+    # the span is the ``event``'s; the entity's other events (a qos before the first deliver, settles after the
+    # last) fall into the first or last slot
+    slot = F.least(F.greatest(F.floor((F.unix_micros("ts") - F.unix_micros("t0")) * points / (span + 1)), F.lit(0)),
+                   F.lit(points))
     # <= n * (points + 1) rows: one per entity and slot
     return (fe.join(F.broadcast(top), on, "inner").withColumn("slot", slot)
             .groupBy(*keys, "slot").agg(F.min("ts").alias("ts"), *[F.max(v).alias(v) for v in values])
