@@ -29,9 +29,11 @@ RULE_FAMILIES = (flow, settlement, connections, errors)
 
 
 def app_id(capture_id: str, decoder_version: str, conf: Config) -> str:
-    """The unit's transaction id: changing a threshold derives the findings again."""
-    knobs = json.dumps({**conf.section("findings"), "join": conf["logs.join_tolerance_s"]}, sort_keys=True)
-    return f"amqplens/{JOB}/{capture_id}/{decoder_version}/{__version__}+{hashlib.sha256(knobs.encode()).hexdigest()[:12]}"
+    """The unit's transaction id: changing a threshold derives the findings again (top_n only says how many are
+    listed)."""
+    knobs = {k: v for k, v in conf.section("findings").items() if k != "top_n"}
+    text = json.dumps({**knobs, "join": conf["logs.join_tolerance_s"]}, sort_keys=True)
+    return f"amqplens/{JOB}/{capture_id}/{decoder_version}/{__version__}+{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 def raw_findings(spark, inp: Inputs, parallel: int = 1):
