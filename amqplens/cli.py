@@ -138,7 +138,7 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
     from amqplens.jobs import ingest_captures
     from amqplens.jobs import ingest_logs
     from amqplens.jobs import lifecycle
-    from amqplens.jobs import metrics
+    from amqplens.jobs import findings, metrics
     from amqplens import report
 
     if not only_ingest and _imports is None:
@@ -196,6 +196,9 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
         stage.done(f"{len(done)} capture(s) written" + (f", {in_ingest} done in ingest-captures" if in_ingest else ""))
     with Stage("metrics", spark) as stage:
         done, ids = _isolated_stage(spark, conf, "metrics", metrics.run, ids, run_id)
+        stage.done(f"{len(done)} capture(s) written")
+    with Stage("findings", spark) as stage:
+        done, ids = _isolated_stage(spark, conf, "findings", findings.run, ids, run_id)
         stage.done(f"{len(done)} capture(s) written")
     if conf["validate.enabled"]:
         _validate(spark, conf, ids, run_id)
@@ -282,7 +285,7 @@ def _validate(spark, conf, ids, run_id) -> None:
 
 
 def _stage_command(spark, conf, stage: str, capture_ids, run_id) -> None:
-    """``amqplens lifecycle|metrics``: the stage on the given captures (default every capture in the lake that did not
+    """``amqplens lifecycle|metrics|findings``: the stage on the given captures (default every capture in the lake that did not
     fail), each capture failing alone; raises CapturesFailed (exit 3) when some did."""
     from amqplens.lake.store import TableStore
 
@@ -322,6 +325,7 @@ def print_summary(spark, conf, out=sys.stdout) -> None:
     print(f"\ntables ({len(ALL_TABLES)}):", file=out)
     for name, (rows, version) in table_sizes(store).items():
         print(f"  {name:<20} " + ("not written yet" if rows is None else f"{rows:>12,} rows  (version {version})"), file=out)
+    _print_findings(store, conf, out)
     caps = store.read("captures").orderBy("path").collect()
     print(f"\ncaptures ({len(caps)}):", file=out)
     for c in caps:
@@ -392,6 +396,18 @@ def start_spark(conf, *, verbose: bool):
     return spark
 
 
+def _print_findings(store, conf, out) -> None:
+    """The findings, most severe first (``findings.top_n`` of them), before the tables' details."""
+    from amqplens.jobs.findings.listing import line, most_severe
+
+    rows, counts = most_severe(store, conf["findings.top_n"])
+    total = sum(counts.values())
+    print(f"\nfindings ({total}: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")"
+          + (f", the first {len(rows)}:" if len(rows) < total else ":"), file=out)
+    for r in rows:
+        print(f"  {line(r)}", file=out)
+
+
 def dispatch(args) -> int:
     from amqplens.session import JavaMissing
 
@@ -435,7 +451,7 @@ def dispatch(args) -> int:
         if args.command in ("ingest-captures", "ingest-logs", "run"):
             _run_stages(spark, conf, getattr(args, "input", []), args.run_id, only_ingest=args.command != "run",
                         logs=getattr(args, "logs", []), out=getattr(args, "out", None))
-        elif args.command in ("lifecycle", "metrics"):
+        elif args.command in ("lifecycle", "metrics", "findings"):
             _stage_command(spark, conf, args.command, args.capture_id, args.run_id)
         elif args.command == "validate":
             _validate(spark, conf, args.capture_id, args.run_id)

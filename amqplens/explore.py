@@ -250,3 +250,37 @@ def outcome_figure(settlement: pd.DataFrame) -> Figure:
     ax.set_xlabel("messages (log scale)")
     ax.invert_yaxis()
     return fig
+
+
+SEVERITY_ORDER = ("critical", "warning", "info")
+SEVERITY_COLOURS = {"critical": "#b00020", "warning": "#e08a00", "info": "#888888"}
+
+
+def findings_table(lake: str, capture_id: str | None = None) -> pd.DataFrame:
+    """The findings (one row per diagnosis), most severe first, then by time: severity, kind, entity_label, when,
+    summary, evidence, partial."""
+    cols = ["capture_id", "kind", "severity", "entity_label", "connection_id", "start_ts", "end_ts", "summary", "evidence",
+            "partial", "count"]
+    f = read(lake, "findings", capture_id, cols)
+    rank = f.severity.map({s: i for i, s in enumerate(SEVERITY_ORDER)})
+    return f.assign(_rank=rank).sort_values(["_rank", "start_ts", "kind"]).drop(columns="_rank").reset_index(drop=True)
+
+
+def findings_figure(findings: pd.DataFrame, top: int = 30) -> Figure:
+    """The first ``top`` findings as bars from start to end over time, coloured by severity (a dot for an instant)."""
+    import matplotlib.dates as mdates
+
+    shown = findings.head(top)
+    fig = Figure(figsize=(11, 0.35 * len(shown) + 1.5))
+    ax = fig.subplots()
+    for i, r in enumerate(shown.itertuples()):
+        start, end = mdates.date2num(r.start_ts), mdates.date2num(r.end_ts)
+        colour = SEVERITY_COLOURS.get(r.severity, "#222222")
+        ax.barh(i, max(end - start, 0), left=start, color=colour, height=0.6)
+        ax.plot([start], [i], "o", color=colour, markersize=4)
+    ax.set_yticks(range(len(shown)), [f"{r.kind} {r.entity_label[:50]}" for r in shown.itertuples()], fontsize=7)
+    ax.invert_yaxis()
+    if len(shown):
+        time_axis(ax)
+    ax.set_title("Findings over time (red critical, orange warning, grey info)")
+    return fig

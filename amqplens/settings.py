@@ -152,6 +152,18 @@ def _fraction() -> Rule:
     return Rule("a number between 0 and 1", check)
 
 
+def _number(minimum: float) -> Rule:
+    def check(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            raise ValueError
+        v = float(v)
+        if not v >= minimum:
+            raise ValueError
+        return v
+
+    return Rule(f"a number >= {minimum:g}", check)
+
+
 def _names(expected: str) -> Rule:
     def check(v):
         v = [v] if isinstance(v, str) else v
@@ -197,6 +209,10 @@ def Int(minimum: int) -> tuple[BeforeValidator, Expected]:  # noqa: N802 - a typ
 
 def Choice(*options: str) -> tuple[BeforeValidator, Expected]:  # noqa: N802 - a type's metadata
     return _typed(_choice(*options))
+
+
+def Number(minimum: float) -> tuple[BeforeValidator, Expected]:  # noqa: N802 - a type's metadata
+    return _typed(_number(minimum))
 
 
 def Names(expected: str) -> tuple[BeforeValidator, Expected]:  # noqa: N802 - a type's metadata
@@ -323,6 +339,43 @@ class MetricsSettings(_Section):
         "counted against 37.0/38.8 s not; a 1 MB capture's within noise either way (about 6,400 rows)")
 
 
+class FindingsSettings(_Section):
+    """The thresholds of the findings rules (amqplens/jobs/findings/; every rule: docs/tables.md, finding rules)."""
+
+    min_blocked_ms: Annotated[int, *Int(0)] = setting(
+        0, "publisher_blocked, channel_flow_off: a connection blocked (a channel with flow off) for less than this many "
+        "milliseconds raises nothing; 0: any block is a finding")
+    min_life_ms: Annotated[int, *Int(0)] = setting(
+        500, "slow_consumer, credit_starved: a consumer or link whose state was known for less than this many "
+        "milliseconds is too short-lived to judge")
+    slow_consumer_share: Fraction = setting(
+        0.8, "slow_consumer: the share of a consumer's life (basic.consume to basic.cancel) spent at its prefetch "
+        "limit (in-flight >= prefetch) from which it is the bottleneck")
+    credit_starved_share: Fraction = setting(
+        0.5, "credit_starved: the share of a 1.0 sender link's observed time without link credit from which the sender "
+        "is starved")
+    min_unsettled: Annotated[int, *Int(1)] = setting(
+        1, "unsettled_at_end: deliveries or publishes of one connection and direction left unsettled from which it is a "
+        "finding")
+    redelivery_loop_min: Annotated[int, *Int(2)] = setting(
+        3, "redelivery_loop: deliveries of one message with the redelivered flag (in one queue) from which it goes round "
+        "in a loop")
+    slow_settle_factor: Annotated[float, *Number(1)] = setting(
+        3, "slow_settle: a confirm or ack that took this many times the capture's own median (of its kind: confirms, "
+        "acks, 1.0 settlements) is slow")
+    slow_settle_min_ms: Annotated[int, *Int(0)] = setting(
+        500, "slow_settle: ... and at least this many milliseconds (3x a fast capture's median is still fast)")
+    slow_settle_min_count: Annotated[int, *Int(1)] = setting(
+        20, "slow_settle: latencies of a kind a capture needs before its median is a yardstick")
+    churn_min_connections: Annotated[int, *Int(2)] = setting(
+        10, "connection_churn: short-lived connections from one client address from which it churns")
+    churn_max_life_s: Annotated[float, *Number(0)] = setting(
+        5, "connection_churn: a connection that lasted at most this many seconds is short-lived")
+    churn_min_channels: Annotated[int, *Int(2)] = setting(
+        20, "connection_churn: channel.open on one connection from which it churns channels (a channel per message)")
+    top_n: Annotated[int, *Int(1)] = setting(50, "findings the report and `amqplens summary` list (most severe first)")
+
+
 class ReportSettings(_Section):
     out: Str = setting("auto", "report folder (`--out`); `auto`: `<lake>/_report` beside the lake's tables (`./report` for a lake on an object store)")
     top_n: Annotated[int, *Int(1)] = setting(10, "rows of each top-N table")
@@ -362,6 +415,7 @@ class Settings(_Section):
     lifecycle: LifecycleSettings = LifecycleSettings()
     logs: LogsSettings = LogsSettings()
     metrics: MetricsSettings = MetricsSettings()
+    findings: FindingsSettings = FindingsSettings()
     report: ReportSettings = ReportSettings()
     validate_: ValidateSettings = Field(ValidateSettings(), alias="validate")  # BaseModel has a validate method
 

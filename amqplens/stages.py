@@ -34,6 +34,9 @@ STAGES = (
     StageDef("lifecycle", "amqplens.jobs.lifecycle", "frames -> deliveries, flow_events, request_responses", "lake"),
     StageDef("metrics", "amqplens.jobs.metrics",
              "lifecycle tables -> metrics_latency, metrics_settlement, metrics_flow, metrics_errors", "lake"),
+    StageDef("findings", "amqplens.jobs.findings",
+             "lifecycle and metric tables -> findings (what went wrong, with evidence: blocked publishers, slow consumers, "
+             "refused logins, error codes, ...)", "lake"),
     StageDef("validate", "amqplens.jobs.validate",
              "run the expectation suites on the tables; data docs and results in <lake>/_quality", "lake"),
     StageDef("report", "amqplens.report",

@@ -41,7 +41,7 @@ from airflow.providers.standard.operators.python import PythonOperator
 
 # The stages in the order they run (amqplens/stages.py CHAIN: this file imports only Airflow, so it keeps a copy,
 # which tests/unit/test_layout.py holds to the registry); each is jobs/<name with _>.py and `amqplens <name>`.
-JOB_CHAIN = ("ingest-captures", "ingest-logs", "lifecycle", "metrics", "validate", "report")
+JOB_CHAIN = ("ingest-captures", "ingest-logs", "lifecycle", "metrics", "findings", "validate", "report")
 
 DAY_FOLDER = "{{ params.input_root }}/{{ ds }}"
 RUN_ID = "airflow-{{ ds }}"

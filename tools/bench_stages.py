@@ -6,7 +6,7 @@ so the process-tree sampler charges its samples from then on to the next
 stage (peak RSS of the JVM and of the Python workers per stage).
 ``print_sweep`` compares sizes: seconds per GB of each stage at the largest
 size over the same at 300 MB (linear growth: within 1.3x), and the share of
-metrics + validate + report in the whole run.
+metrics + findings + validate + report in the whole run.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import re
 
 WHOLE_RUN = "run"  # --stages value: the whole `amqplens run`
 # What `amqplens run` prints, in order (amqplens/cli.py _run_stages); "session" is tools.bench_pipeline's.
-RUN_STAGES = ("ingest-captures", "lifecycle", "metrics", "validate", "report")
-AFTER_LIFECYCLE = ("metrics", "validate", "report")
-_DONE = re.compile(r"^(session|ingest-captures|ingest-logs|lifecycle|metrics|validate|report): .*\(([\d.]+)s\)")
+RUN_STAGES = ("ingest-captures", "lifecycle", "metrics", "findings", "validate", "report")
+AFTER_LIFECYCLE = ("metrics", "findings", "validate", "report")
+_DONE = re.compile(r"^(session|ingest-captures|ingest-logs|lifecycle|metrics|findings|validate|report): .*\(([\d.]+)s\)")
 GB = 1e9
 
 

@@ -11,6 +11,7 @@ import pathlib
 import sys
 
 from amqplens.contracts import ALL_TABLES
+from amqplens.contracts.findings import FINDING_RULES
 from amqplens.contracts.metrics import METRIC_DEFINITIONS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -38,9 +39,26 @@ def render_metric_definitions() -> str:
     return "\n".join(out) + "\n"
 
 
+FINDINGS_HEADER = """## Finding rules
+
+The rules of the findings stage (`amqplens/jobs/findings/`, one module per family), each with its default severity,
+what it means, what it reads and the thresholds (`findings.*` in docs/configuration.md) it uses. A finding is an
+observation about the traffic: no rule ever fails a run. Every query is an aggregate of the tables named (a groupBy
+bounded by connections, entities or the rows filtered), never a collect of their rows; frames are read only for the
+attach, basic.consume and basic.cancel frames (a filter of a few columns).
+"""
+
+
+def render_finding_rules() -> str:
+    out = [FINDINGS_HEADER, "| kind | severity | meaning | reads |", "| --- | --- | --- | --- |"]
+    out += [f"| `{kind}` | {severity} | {words} | {reads} |" for kind, severity, words, reads in FINDING_RULES]
+    return "\n".join(out) + "\n"
+
+
 def render() -> dict[pathlib.Path, str]:
     tables = "\n".join(t.render_markdown() for t in ALL_TABLES.values())
-    out = {ROOT / "docs" / "tables.md": HEADER + "\n" + tables + "\n" + render_metric_definitions()}
+    out = {ROOT / "docs" / "tables.md": HEADER + "\n" + tables + "\n" + render_metric_definitions() + "\n"
+           + render_finding_rules()}
     for t in ALL_TABLES.values():
         out[ROOT / "amqplens" / "contracts" / "golden" / f"{t.name}.txt"] = t.render_text()
     return out

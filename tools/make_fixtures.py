@@ -14,7 +14,8 @@ Writes tests/data/broker/*.pcap|*.oracle.json|README.md|rabbitmq.log|
 amqp10_proton.trace.txt|amqp10_rich.trace.txt|amqp10_rich.rabbitmq.log and
 tests/data/demo/demo.pcap|demo.oracle.json. A partial run (``--only``) leaves
 rabbitmq.log (the whole run's log) alone and rewrites no README section but
-amqp10_rich's and pipelined_publish's; those two never join the demo.
+amqp10_rich's, pipelined_publish's and the faults' (tools/fault_fixtures.py);
+those never join the demo.
 
     .venv/bin/python tools/make_fixtures.py --only amqp10_rich --no-demo
 """
@@ -904,18 +905,32 @@ def tshark_methods(pcap: Path) -> collections.Counter:
 
 
 def all_scenarios() -> dict:
-    return SCENARIOS | SOLO_SCENARIOS
+    from tools.fault_fixtures import FAULTS  # solo too: faults caused on purpose (issue 34)
+    return SCENARIOS | SOLO_SCENARIOS | FAULTS
+
+
+def fault_names() -> set:
+    from tools.fault_fixtures import FAULTS
+    return set(FAULTS)
 
 
 def run_scenario(node: RabbitNode, name: str) -> dict:
     pcap = BROKER_DIR / f"{name}.pcap"
     run = Run(node, name)
     t0 = time.monotonic()
+    log_start = node.log_path.stat().st_size
     with Capture(pcap) as cap:
         if name in TRACED:
-            all_scenarios()[name](run, trace=BROKER_DIR / f"{name}.trace.txt")
+            after = all_scenarios()[name](run, trace=BROKER_DIR / f"{name}.trace.txt")
         else:
-            all_scenarios()[name](run)
+            after = all_scenarios()[name](run)
+    if callable(after):  # what must stay out of the capture (closing what a fault left open)
+        after()
+    if name in fault_names():  # the broker's side of it
+        time.sleep(0.5)
+        with open(node.log_path, "rb") as log:
+            log.seek(log_start)
+            (BROKER_DIR / f"{name}.rabbitmq.log").write_bytes(log.read())
     oracle = run.oracle() | {"pcap": pcap.name, "capture": cap.stats,
                              "seconds": round(time.monotonic() - t0, 2)}
     write_json(BROKER_DIR / f"{name}.oracle.json", oracle)
@@ -1202,6 +1217,9 @@ def main(argv: list[str] | None = None) -> None:
         put_readme_section(rich_readme_section(results["amqp10_rich"], versions))
     if "pipelined_publish" in results:
         put_readme_section(pipelined_readme_section(results["pipelined_publish"]), PIPELINED_HEADING)
+    for name in fault_names() & set(results):
+        from tools.fault_fixtures import heading, readme_section
+        put_readme_section(readme_section(name, results[name], versions), heading(name))
     if tls_results:
         write_tls_readme(tls_results, versions)
     for pcap in sorted(BROKER_DIR.glob("*.pcap")) + sorted(DEMO_DIR.glob("*.pcap")):

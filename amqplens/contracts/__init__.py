@@ -17,12 +17,13 @@ if TYPE_CHECKING:
         CONNECTIONS,
         DECODE_ERRORS,
         DELIVERIES,
+        FINDINGS,
         FLOW_EVENTS,
         FRAMES,
         REQUEST_RESPONSES,
     )
 
-_WHERE = {"Column": "base", "Table": "base", **{n: "tables" for n in (
+_WHERE = {"Column": "base", "Table": "base", "FINDINGS": "findings", **{n: "tables" for n in (
     "ALL_TABLES", "CAPTURES", "CONNECTIONS", "DECODE_ERRORS", "DELIVERIES", "FLOW_EVENTS", "FRAMES", "REQUEST_RESPONSES")}}
 
 
@@ -42,4 +43,4 @@ def table(name: str) -> Table:
         raise KeyError(f"no table named {name!r}; tables: {', '.join(sorted(ALL_TABLES))}") from None
 
 __all__ = [
-    "ALL_TABLES", "CAPTURES", "CONNECTIONS", "DECODE_ERRORS", "DELIVERIES", "FLOW_EVENTS", "FRAMES", "REQUEST_RESPONSES", "Column", "Table", "table"]
+    "ALL_TABLES", "CAPTURES", "CONNECTIONS", "DECODE_ERRORS", "DELIVERIES", "FINDINGS", "FLOW_EVENTS", "FRAMES", "REQUEST_RESPONSES", "Column", "Table", "table"]

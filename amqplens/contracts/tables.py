@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from amqplens.contracts.base import Column as C
 from amqplens.contracts.base import CAPTURE_DATE, CAPTURE_ID, Table
+from amqplens.contracts.findings import FINDINGS
 from amqplens.contracts.metrics import METRIC_TABLES
 from amqplens.contracts.values import CLIENT_SERVER, DIALECTS, LOG_FORMATS, OUTCOMES, TO_FROM_BROKER, TO_SERVER_CLIENT
 
@@ -446,3 +447,4 @@ ALL_TABLES: dict[str, Table] = {
     t.name: t for t in (CAPTURES, CONNECTIONS, FRAMES, DECODE_ERRORS, DELIVERIES, FLOW_EVENTS, REQUEST_RESPONSES, BROKER_EVENTS)
 }
 ALL_TABLES.update({t.name: t for t in METRIC_TABLES})
+ALL_TABLES[FINDINGS.name] = FINDINGS

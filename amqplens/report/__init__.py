@@ -24,11 +24,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pandas as pd
 
 from amqplens.report import data
+from amqplens.report import findings as findings_section
 from amqplens.report import pages
 from amqplens.report import plots
 from amqplens.report import png
 from amqplens.config import Config, report_dir
 from amqplens.lake.store import TableStore
+from amqplens.jobs.findings.listing import most_severe
 from amqplens.report.logs import alarm_intervals, broker_event_rows, broker_events_table
 
 PLOTLY_JS = "plotly.min.js"
@@ -216,12 +218,13 @@ def channel_errors(errs: pd.DataFrame) -> str:
     return f"{len(said)}: " + ", ".join(f"{s} x{n}" if n > 1 else s for s, n in counts.items())
 
 
-def render_overview(store, figures: list[Figure], tables, conns, generated: str) -> str:
+def render_overview(store, figures: list[Figure], tables, conns, generated: str, found=((), {})) -> str:
     link = lambda t: f'<a href="{html.escape(store.uri(t))}"><code>{t}</code></a>'  # noqa: E731
     body = [f"""<h1>amqplens report</h1>
 <p>Lake <code>{html.escape(store.root)}</code>, generated {html.escape(generated)}. Metric definitions:
 <code>docs/tables.md</code>, section "Metric definitions". Plots zoom (drag), pan, show exact values on hover and
 hide a series on a click in the legend; double-click resets. Each has a PNG copy beside this page.</p>""",
+            findings_section.section(list(found[0]), dict(found[1]), paged(conns), link),
             f"<h2>Connections with a page</h2><p>Source: {link('connections')}: those that ended in an error (a close "
             f"other than 200, an error condition, a reset), then the most frames; {int(conns.page.sum())} of the "
             f"connections (<code>report.connection_pages</code>).</p>", connections_table(conns)]
@@ -304,6 +307,7 @@ def run(spark, conf: Config, out: str | None = None) -> pathlib.Path:
     with ThreadPoolExecutor(max_workers=6, thread_name_prefix="amqplens-report") as pool:
         queries = _figure_queries(store, conf, pool)
         top = pool.submit(top_tables, store, conf["report.top_n"])
+        found = pool.submit(most_severe, store, conf["findings.top_n"])
         conns = data.connections(store, conf["report.connection_pages"])
         ids = list(conns.connection_id)
         logs = pool.submit(lambda: (broker_event_rows(store, ids), alarm_intervals(store)))
@@ -315,5 +319,5 @@ def run(spark, conf: Config, out: str | None = None) -> pathlib.Path:
         tables = top.result()
     page = out_dir / "index.html"
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    page.write_text(render_overview(store, figures, tables, conns, generated))
+    page.write_text(render_overview(store, figures, tables, conns, generated, found.result()))
     return page

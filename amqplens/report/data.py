@@ -57,7 +57,10 @@ def busiest_series(store, entity: str, event: str, values: list[str], n: int, po
     top = top.select(*[F.col(k).alias(f"top_{k}") for k in keys], "t0", "t1")
     on = [fe[k].eqNullSafe(top[f"top_{k}"]) for k in keys]
     span = F.greatest(F.unix_micros("t1") - F.unix_micros("t0"), F.lit(1))
-    slot = F.floor((F.unix_micros("ts") - F.unix_micros("t0")) * points / (span + 1))
+    # the span is the ``event``'s; the entity's other events (a qos before the first deliver, settles after the
+    # last) fall into the first or last slot
+    slot = F.least(F.greatest(F.floor((F.unix_micros("ts") - F.unix_micros("t0")) * points / (span + 1)), F.lit(0)),
+                   F.lit(points))
     # <= n * (points + 1) rows: one per entity and slot
     return (fe.join(F.broadcast(top), on, "inner").withColumn("slot", slot)
             .groupBy(*keys, "slot").agg(F.min("ts").alias("ts"), *[F.max(v).alias(v) for v in values])
@@ -91,7 +94,8 @@ def _error_frames(frames):
 
 def connections(store, pages: int, timeline: int = 40):
     """The connections the report shows, with their labels: the first ``timeline`` by start (the overview's
-    timeline) and the ``pages`` that get a page of their own (ended in an error first, then the most frames).
+    timeline) and the ``pages`` that get a page of their own (those with a critical or warning finding or that ended
+    in an error first, then the most frames).
     At most ``timeline + pages`` rows; ``page`` says which have a page."""
     F = _F()
     c = store.read("connections").where(F.col("ip_version") != 0)  # 0: a Proton trace, no clock
@@ -99,13 +103,16 @@ def connections(store, pages: int, timeline: int = 40):
     errs = (store.read("metrics_errors").where((F.col("entity_kind") == "connection") & (F.col("bucket_seconds") == 0)
                                                & (F.col("kind") != "decode_error"))
             .groupBy("connection_id").agg(F.sum("count").alias("errors")))
-    c = (c.join(connection_labels(c), "connection_id").join(errs, "connection_id", "left")
-         .withColumn("errors", F.coalesce("errors", F.lit(0)))
+    # one row per connection: its findings above info
+    found = (store.read("findings").where(F.col("connection_id").isNotNull() & (F.col("severity") != "info"))
+             .groupBy("connection_id").agg(F.count("*").alias("findings")))
+    c = (c.join(connection_labels(c), "connection_id").join(errs, "connection_id", "left").join(found, "connection_id", "left")
+         .withColumn("errors", F.coalesce("errors", F.lit(0))).withColumn("findings", F.coalesce("findings", F.lit(0)))
          .withColumn("frames", F.coalesce("frames_to_server", F.lit(0)) + F.coalesce("frames_to_client", F.lit(0)))
-         .withColumn("bad_end", (F.col("errors") > 0) | (F.col("end_reason") == "rst")))
+         .withColumn("bad_end", (F.col("errors") > 0) | (F.col("end_reason") == "rst") | (F.col("findings") > 0)))
     cols = ["connection_id", "capture_id", "conn_label", "dialect", "start_ts", "end_ts", "duration_us", "frames",
-            "bytes_to_server", "bytes_to_client", "end_reason", "close_code", "close_text", "close_condition", "errors", "bad_end"]
-    paged = c.orderBy(F.desc("bad_end"), F.desc("frames"), "connection_id").limit(pages).select(*cols, F.lit(True).alias("page"))
+            "bytes_to_server", "bytes_to_client", "end_reason", "close_code", "close_text", "close_condition", "errors", "findings", "bad_end"]
+    paged = c.orderBy(F.desc("bad_end"), F.desc("findings"), F.desc("frames"), "connection_id").limit(pages).select(*cols, F.lit(True).alias("page"))
     first = c.orderBy("start_ts", "connection_id").limit(timeline).select(*cols, F.lit(False).alias("page"))
     pdf = paged.unionByName(first).toPandas()
     pdf = pdf.sort_values("page", ascending=False).drop_duplicates("connection_id")

@@ -6,7 +6,9 @@ connections found, their endpoints, start, packets and bytes per direction.
 
 from __future__ import annotations
 
+import collections
 import pathlib
+import re
 from decimal import Decimal
 
 import pytest
@@ -206,14 +208,22 @@ def test_connection_protocol_columns_from_the_broker_fixtures(ingested):
     forced = ingest_captures.capture_files([str(DATA / "broker" / "connection_forced.pcap")])[0].capture_id
     r = conns.where(F.col("capture_id") == forced).collect()
     assert any(x.close_code == 320 and x.amqp_closed_by == "server" for x in r)
-    # The password never reaches a table (pika's fixtures log in as guest/guest).
+    # The password never reaches a table. pika's fixtures log in as guest/guest, but for refused_login
+    # (tools/fault_fixtures.py): guest with a wrong password, and a user without permissions.
+    logins = [("guest", "guest"), ("guest", "not-the-password"), ("refused_login-noperm", "noperm")]
     start_ok = store.read("frames").where(
         (F.col("method_name") == "start-ok") & F.col("dialect").isin("0-8", "0-9", "0-9-1")
     ).select("arguments_json").collect()
     assert start_ok
+    lengths = collections.Counter()
     for r in start_ok:
-        assert '"response":"<redacted len=12>"' in r.arguments_json  # len("\\0guest\\0guest") == 12
-        assert b"\x00guest\x00guest".hex() not in r.arguments_json and "\\u0000guest" not in r.arguments_json
+        length = re.search(r'"response":"<redacted len=(\d+)>"', r.arguments_json)
+        assert length, r.arguments_json
+        lengths[int(length.group(1))] += 1
+        for user, password in logins:
+            assert f"\0{user}\0{password}".encode().hex() not in r.arguments_json
+            assert f"\\u0000{password}" not in r.arguments_json and f'"{password}"' not in r.arguments_json
+    assert set(lengths) == {len(f"\0{u}\0{p}") for u, p in logins} and lengths[12] > 20  # 12: "\0guest\0guest"
 
 
 @pytest.mark.tshark

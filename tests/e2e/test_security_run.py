@@ -142,8 +142,8 @@ def test_the_terminal_shows_one_line_per_stage_and_spark_writes_to_the_lake(secu
     assert proc.stderr == b""
     lines = proc.stdout.decode().splitlines()
     assert all(re.fullmatch(r"[a-z-]+: .*\(\d+(\.\d)?s\)", line) for line in lines), lines
-    assert list(dict.fromkeys(line.split(":")[0] for line in lines)) == ["ingest-captures", "lifecycle", "metrics", "report"]
+    assert list(dict.fromkeys(line.split(":")[0] for line in lines)) == ["ingest-captures", "lifecycle", "metrics", "findings", "report"]
     closing = [line for line in lines if re.search(r"\(\d+\.\ds\)$", line)]  # progress lines show whole seconds
-    assert [line.split(":")[0] for line in closing] == ["ingest-captures", "lifecycle", "metrics", "report"]  # validate is off
+    assert [line.split(":")[0] for line in closing] == ["ingest-captures", "lifecycle", "metrics", "findings", "report"]  # validate is off
     (log,) = (tmp / "lake" / "_logs").glob("spark-*.log")
     assert "WARN" in log.read_text()  # Spark's warnings (the loopback hostname at least) went there

@@ -30,5 +30,15 @@ def frames_of(path) -> list[dict]:
     return [dict(f) for f in _decoded(str(path))]
 
 
+@functools.lru_cache(maxsize=None)
+def _client_ports(path: str) -> dict:
+    return {c.record.connection_id: c.record.client_port for c in decode_capture(path, capture_id="cap", tls=False)}
+
+
+def client_ports(path) -> dict[str, int]:
+    """connection_id (as in ``frames_of``) -> the client's TCP port."""
+    return dict(_client_ports(str(path)))
+
+
 def oracle(name: str) -> dict:
     return json.loads((BROKER / f"{name}.oracle.json").read_text())

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import collections
 import functools
+import re
 
 import pytest
 
 from amqplens.lifecycle import LifecycleRunner
 
-from .captures import BROKER, DATA, frames_of, oracle
+from .captures import BROKER, DATA, client_ports, frames_of, oracle
 
 SCENARIOS = sorted(p.stem for p in BROKER.glob("*.pcap"))
 
@@ -67,8 +68,11 @@ def test_every_message_frame_belongs_to_exactly_one_delivery(name):
 
 @pytest.mark.parametrize("name", [s for s in SCENARIOS if oracle(s)["broker"]])
 def test_broker_snapshots_agree_with_the_rows_at_their_time(name):
-    """rabbitmqctl list_channels at time t: unacked (+ acks held in a transaction), unconfirmed, prefetch, blocked."""
+    """rabbitmqctl list_channels at time t: unacked (+ acks held in a transaction), unconfirmed, prefetch, blocked;
+    each channel row is matched to its connection by the client port in its name ("127.0.0.1:47872 -> ... (1)"),
+    as the fault fixtures have several connections, each with a channel 1."""
     _frames, deliveries, flows, _pairs, _ = lifecycle(name)
+    connection_of = {port: cid for cid, port in client_ports(BROKER / f"{name}.pcap").items()}
     for snap, state in oracle(name)["broker"].items():
         t = int(state["t"] * 1_000_000)
 
@@ -76,17 +80,20 @@ def test_broker_snapshots_agree_with_the_rows_at_their_time(name):
             return d["sent_ts_us"] <= t and (d["settled_ts_us"] is None or d["settled_ts_us"] > t)
 
         for ch in state["channels"]:
-            unacked = sum(1 for d in deliveries if d["method"] != "publish" and d["channel"] == ch["number"]
-                          and d["settle_mode"] != "auto_ack" and open_at(d))
-            unconfirmed = sum(1 for d in deliveries if d["settle_mode"] == "confirm" and d["channel"] == ch["number"] and open_at(d))
+            cid = connection_of[int(re.search(r":(\d+) -> ", ch["name"]).group(1))]
+            mine = [d for d in deliveries if d["connection_id"] == cid and d["channel"] == ch["number"]]
+            unacked = sum(1 for d in mine if d["method"] != "publish" and d["settle_mode"] != "auto_ack" and open_at(d))
+            unconfirmed = sum(1 for d in mine if d["settle_mode"] == "confirm" and open_at(d))
             assert unacked == ch["messages_unacknowledged"] + ch["acks_uncommitted"], snap
             assert unconfirmed == ch["messages_unconfirmed"], snap
-            rows = [f for f in flows if f["entity"] == "channel" and f["channel"] == ch["number"] and f["ts_us"] <= t]
+            rows = [f for f in flows if f["entity"] == "channel" and f["connection_id"] == cid and f["channel"] == ch["number"]
+                    and f["ts_us"] <= t]
             assert (rows[-1]["prefetch_count"] if rows else 0) == ch["prefetch_count"], snap
             if rows and rows[-1]["event"] in ("deliver", "settle"):
                 assert rows[-1]["in_flight"] == unacked
         for conn in state["connections"]:
-            rows = [f for f in flows if f["entity"] == "connection" and f["ts_us"] <= t]
+            cid = connection_of[conn["peer_port"]]
+            rows = [f for f in flows if f["entity"] == "connection" and f["connection_id"] == cid and f["ts_us"] <= t]
             assert bool(rows and rows[-1]["blocked"]) == (conn["state"] == "blocked"), snap
 
 

@@ -19,6 +19,9 @@ FIGURES = {"latency", "inflight", "credit", "settlement", "timeline"}
 PLOTS_DRAWN = "document.body.dataset.plots && document.body.dataset.plots.split('/')[0] === document.body.dataset.plots.split('/')[1]"
 # an x tick that shows seconds as a fraction of a minute, as matplotlib's default did ("19:26.300000")
 UNREADABLE_TICK = re.compile(r"^\d{1,2}:\d{2}\.\d{3,}$")
+# more than the fixtures' connections that end in an error (13 with the fault fixtures of tools/fault_fixtures.py),
+# so that each of those gets a page and a busy clean one too
+PAGES = 16
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +29,7 @@ def report_dir(spark, metrics_lake, tmp_path_factory):
     from amqplens import report
 
     conf, _, _ = metrics_lake
-    return report.run(spark, conf.with_overrides(report__connection_pages=9), str(tmp_path_factory.mktemp("report"))).parent
+    return report.run(spark, conf.with_overrides(report__connection_pages=PAGES), str(tmp_path_factory.mktemp("report"))).parent
 
 
 def pages_of(report_dir) -> list[pathlib.Path]:
@@ -59,11 +62,13 @@ def test_top_tables_name_entities_as_operators_do(report_dir):
 
 def test_connection_pages_cover_the_connections_that_failed(report_dir):
     pages = pages_of(report_dir)
-    assert len(pages) == 9 and all(p.exists() for p in pages)
+    assert len(pages) == PAGES and all(p.exists() for p in pages)
     titles = {html.unescape(p.read_text().split("<h1>", 1)[1].split("</h1>", 1)[0]) for p in pages}
     # channel_error and connection_forced end in a channel.close 404 / connection.close 320 by construction
     # (tools/make_fixtures.py), amqp10_rich-noperm in amqp:unauthorized-access: each has a page before any busier one
-    for name in ("channel_error", "connection_forced", "amqp10_rich-noperm"):
+    # refused_login's and heartbeat_timeout's: a connection.close 403 / 530 from the broker, a reset after missed heartbeats
+    for name in ("channel_error", "connection_forced", "amqp10_rich-noperm", "refused_login-bad_password",
+                 "refused_login-no_such_vhost", "refused_login-no_permission", "heartbeat_timeout-silent"):
         assert any(f'"fixture-{name}"' in t for t in titles), name
     for p in pages:
         text = p.read_text()

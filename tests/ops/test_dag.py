@@ -24,7 +24,7 @@ DAG_FILE = ROOT / "jobs" / "dag_amqplens.py"
 AIRFLOW_PYTHON = ROOT / ".venv-airflow" / "bin" / "python"
 CHECK = ROOT / "tests" / "ops" / "airflow_check.py"
 # The order the issue asks for; the DAG's JOB_CHAIN must be exactly this.
-INTENDED = ["ingest-captures", "ingest-logs", "lifecycle", "metrics", "validate", "report"]
+INTENDED = ["ingest-captures", "ingest-logs", "lifecycle", "metrics", "findings", "validate", "report"]
 DAY = "2026-11-21"
 CAPTURE = DATA / "logs" / "broker_logs.pcap"  # the log below was written by the broker of this capture
 LOG = DATA / "logs" / "rabbitmq_3_10.log"
@@ -127,7 +127,7 @@ def test_dag_test_runs_every_job_on_the_days_folder(tmp_path, built_dist):
     expected = [c for c in tshark_conversations(CAPTURE) if 5672 in (c["port_a"], c["port_b"])]
     assert len([c for c in conns if c["source"] == "capture"]) == len(expected) > 0
     for table in ("frames", "broker_events", "deliveries", "flow_events", "request_responses",
-                  "metrics_latency", "metrics_settlement", "metrics_flow", "metrics_errors"):
+                  "metrics_latency", "metrics_settlement", "metrics_flow", "metrics_errors", "findings"):
         assert DeltaTable(str(lake / table)).to_pyarrow_table().num_rows > 0, table
     assert (reports / DAY / "index.html").exists()
     assert json.loads((lake / "_quality" / "runs" / f"airflow-{DAY}.json").read_text())["run_id"] == f"airflow-{DAY}"

@@ -13,8 +13,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.spark]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
-def test_the_four_explorations_exist():
-    assert [p.name for p in NOTEBOOKS] == ["01_connections.ipynb", "02_latency.ipynb", "03_flow_control.ipynb", "04_settlement.ipynb"]
+def test_the_five_explorations_exist():
+    assert [p.name for p in NOTEBOOKS] == ["01_connections.ipynb", "02_latency.ipynb", "03_flow_control.ipynb", "04_settlement.ipynb",
+                                          "05_findings.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
