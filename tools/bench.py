@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from tools import bench_small
-from tools.bench_stages import WHOLE_RUN, follow_stages, print_sweep, stage_lines
+from tools.bench_stages import STAGE_LINE, WHOLE_RUN, follow_stages, print_sweep, stage_lines
 from tools.gen_load import PROFILES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -281,7 +281,8 @@ def run_tshark(tshark: str, path: Path, logs: Path, tag: str) -> dict:
     return {"wall_s": wall, "rc": rc, "peak_rss": peak, "stderr": str(err_file)}
 
 
-_STAGE_TIME = re.compile(r"^(session|ingest-captures|lifecycle|metrics|validate|report): .*\(([\d.]+)s\)", re.M)
+# every stage line `amqplens run` prints (tools/bench_stages.py follows the same lines while the run goes)
+_STAGE_TIME = re.compile(STAGE_LINE.pattern, re.M)
 
 
 def run_pipeline(exe: str, path: Path, lakes: Path, logs: Path, tag: str, master: str, sets: list[str],

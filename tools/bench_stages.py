@@ -17,7 +17,7 @@ WHOLE_RUN = "run"  # --stages value: the whole `amqplens run`
 # What `amqplens run` prints, in order (amqplens/cli.py _run_stages); "session" is tools.bench_pipeline's.
 RUN_STAGES = ("ingest-captures", "lifecycle", "metrics", "findings", "validate", "report")
 AFTER_LIFECYCLE = ("metrics", "findings", "validate", "report")
-_DONE = re.compile(r"^(session|ingest-captures|ingest-logs|lifecycle|metrics|findings|validate|report): .*\(([\d.]+)s\)")
+STAGE_LINE = re.compile(r"^(session|ingest-captures|ingest-logs|lifecycle|metrics|findings|validate|report): .*\(([\d.]+)s\)")
 GB = 1e9
 
 
@@ -28,7 +28,7 @@ def follow_stages(stream, log, sampler) -> None:
         sampler.phase = RUN_STAGES[0]
     for raw in iter(stream.readline, b""):
         log.write(raw)
-        m = _DONE.match(raw.decode(errors="replace"))
+        m = STAGE_LINE.match(raw.decode(errors="replace"))
         if m and sampler is not None:
             done.add(m.group(1))
             sampler.phase = next((s for s in RUN_STAGES if s not in done), "shutdown")
