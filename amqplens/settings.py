@@ -397,6 +397,9 @@ class ValidateSettings(_Section):
         0.5, "mean share of a decoded connection's stream bytes in codec `decode_errors`")
     window_slack_s: Annotated[int, *Int(0)] = setting(1, "seconds a timestamp may lie outside its capture's first..last packet")
     sample_keys: Annotated[int, *Int(1)] = setting(5, "keys of offending rows reported per failed expectation")
+    concurrent_tables: Annotated[int, *Int(1)] = setting(
+        4, "tables whose one-pass counts (the Spark path's tallies) run at the same time, from driver threads; GX then "
+        "validates the tables one by one. `1` counts them one by one")
     pandas_max_rows: Annotated[int, *Int(0)] = setting(
         1_000_000, "a run whose tables hold at most this many rows each is validated without Spark (delta-rs, pandas, GX's "
         "pandas engine); a larger one through Spark (each table's checks counted in one aggregate, the tally validated by "

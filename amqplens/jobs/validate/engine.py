@@ -93,12 +93,13 @@ class Suites:
         self.stored.append(key)
         return validation.results
 
-    def validate(self, t: Table, df, run_id) -> list[Outcome]:
-        """Validate ``df`` (Spark or pandas) as table ``t``: every check's outcome, with samples of the failed ones."""
+    def validate(self, t: Table, df, run_id, counted=None) -> list[Outcome]:
+        """Validate ``df`` (Spark or pandas) as table ``t``: every check's outcome, with samples of the failed ones.
+        ``counted``: a Spark batch's tally (tally.py) when it was counted already."""
         import pandas as pd
 
         if not isinstance(df, pd.DataFrame):
-            return self._validate_tallied(t, df, run_id)
+            return self._validate_tallied(t, df, run_id, counted)
         self.rows[t.name] = len(df)
         first = self._run(self.checkpoint(t, PANDAS), df, run_id)
         failed = {r.expectation_config.meta["name"] for r in first if not r.success}
@@ -107,13 +108,14 @@ class Suites:
         detail = {r.expectation_config.meta["name"]: r for r in self._run(self.checkpoint(t, PANDAS, failed), df, run_id)}
         return outcomes(t, [detail.get(r.expectation_config.meta["name"], r) for r in first])
 
-    def _validate_tallied(self, t: Table, df, run_id) -> list[Outcome]:
-        """A Spark batch: counted in one pass, the tally validated by GX, the checks it does not pass by GX on ``df``
-        (cached for them only)."""
+    def _validate_tallied(self, t: Table, df, run_id, counted=None) -> list[Outcome]:
+        """A Spark batch: counted in one pass (unless ``counted`` is its tally already), the tally validated by GX,
+        the checks it does not pass by GX on ``df`` (cached for them only)."""
         from amqplens.contracts.expectations import checks, tally_suite
         from amqplens.jobs.validate import tally
 
-        counted = tally.count(t, df, self.settings)
+        if counted is None:
+            counted = tally.count(t, df, self.settings)
         self.rows[t.name] = counted.rows
         settled = {name for name in counted.values if counted.settles(name)}
         passed: set[str] = set()

@@ -61,7 +61,8 @@ def _capture_ids(store, capture_ids: list[str] | None) -> list[str]:
 def batches(store, ids: list[str], conf: Config):
     """``(table, rows, batch)`` for every table with rows of the run: the batch a pandas frame when the run is small
     (each table at most ``validate.pandas_max_rows`` rows: amqplens/jobs/validate/small.py, no Spark job), else a Spark
-    DataFrame (amqplens/jobs/validate/quality.py), counted in one pass (tally.py) and cached only for a second one."""
+    DataFrame (amqplens/jobs/validate/quality.py), counted in one pass (tally.py) and cached only for a second one.
+    The Spark path's shared key caches are released when the generator closes."""
     from amqplens.jobs.validate import quality
     from amqplens.jobs.validate import small as quality_small
     from amqplens.contracts.expectations import Settings
@@ -87,6 +88,36 @@ def batches(store, ids: list[str], conf: Config):
             source.close()
 
 
+def tallied(items, settings, parallel: int):
+    """``items`` (``batches``) as ``(table, rows, batch, tally or None)``: the Spark batches are counted first
+    (tally.py), their tallies' Spark jobs ``parallel`` at a time from driver threads (each is one aggregate of a few
+    stages of one or two tasks, so one table's scan overlaps another's planning and small stages; GX then validates
+    one table at a time, its context not shared between threads). A pandas batch (a small run) is passed on as it
+    comes, so the driver holds one at a time; tables without rows keep their place."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pandas as pd
+
+    from amqplens.jobs.validate import tally
+
+    held: list = []  # Spark batches (lazy plans) and empty tables, in order
+    for t, n, df in items:
+        if isinstance(df, pd.DataFrame):
+            yield from ((*item, None) for item in held)
+            held = []
+            yield t, n, df, None
+        else:
+            held.append((t, n, df))
+    spark_batches = [(t, df) for t, _, df in held if df is not None]
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="amqplens-tally") as pool:
+        counts = dict(zip([t.name for t, _ in spark_batches],
+                          pool.map(lambda item: tally.count(item[0], item[1], settings), spark_batches)))
+    if spark_batches:
+        log.info("tallies of %d table(s) in %.1fs", len(spark_batches), time.monotonic() - t0)
+    yield from ((t, n, df, counts.get(t.name)) for t, n, df in held)
+
+
 def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> dict:
     """Validate every table's rows of the given captures; returns the summary or raises ValidationFailed."""
     from amqplens.lake.store import TableStore
@@ -102,14 +133,18 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     gx_run = RunIdentifier(run_name=run_id, run_time=dt.datetime.now(dt.timezone.utc))
     results: list[Outcome] = []
     rows: dict[str, int] = {}
-    for t, n, df in batches(store, ids, conf):
-        t0 = time.monotonic()
-        rows[t.name] = n
-        if df is None:
-            continue
-        results += suites.validate(t, df, gx_run)
-        rows[t.name] = suites.rows[t.name]
-        log.info("%s: %s rows validated in %.1fs", t.name, rows[t.name], time.monotonic() - t0)
+    items = batches(store, ids, conf)
+    try:
+        for t, n, df, counted in tallied(items, suites.settings, conf["validate.concurrent_tables"]):
+            t0 = time.monotonic()
+            rows[t.name] = n
+            if df is None:
+                continue
+            results += suites.validate(t, df, gx_run, counted)
+            rows[t.name] = suites.rows[t.name]
+            log.info("%s: %s rows validated in %.1fs", t.name, rows[t.name], time.monotonic() - t0)
+    finally:
+        items.close()  # the Spark path's key caches
     suites.build_docs()
     summary = _summary(run_id, ids, rows, results, quality)
     (quality / "runs").mkdir(parents=True, exist_ok=True)
