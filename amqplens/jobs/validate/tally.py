@@ -5,7 +5,12 @@ table and domain (a scan of the cached batch each); on a large run that cost mor
 than the metrics stage. Here each check of amqplens/contracts/expectations.py is
 turned into a column expression that counts the rows breaking it (or, for a mean,
 the mean), and one ``agg`` over the batch computes them all: one job (its scan,
-the joins the extra columns need, the distinct keys of the uniqueness checks).
+the joins the extra columns need). A uniqueness check is its own small aggregate of
+the key alone (the repeats: sum of count - 1 per non-null key), cross-joined to the
+one-row tally in the same job: as a distinct count inside the big ``agg``, Spark
+grouped every row by the key carrying every other check's count (on the 300 MB
+lake's frames, 1.85M keys with 20 counters each through a shuffle: 30-40% more JVM
+CPU for the table's tally).
 
 The tally is a screen, and GX keeps the last word: GX validates the tally
 (``expectations.tally_suite``: each check's count is 0, each mean within its
@@ -84,6 +89,16 @@ def offending(check: ex.Check):
 MEAN = "ExpectColumnMeanToBeBetween"
 
 
+def _key_columns(check: ex.Check) -> list[str]:
+    """The key columns of a uniqueness check (counted by a group-by of its own), else []."""
+    kind = check.expectation_type.__name__
+    if kind == "ExpectColumnValuesToBeUnique":
+        return [check.kwargs["column"]]
+    if kind == "ExpectCompoundColumnsToBeUnique":
+        return list(check.kwargs["column_list"])
+    return []
+
+
 @dataclasses.dataclass
 class Tally:
     """What one pass over a table's batch counted: its rows and, per check, the offending rows or the mean
@@ -119,7 +134,16 @@ def count(t: Table, df, settings: ex.Settings) -> Tally:
     exprs = {c.name: offending(c) for c in checks}
     counted = {name: e for name, e in exprs.items() if e is not None}
     aliases = {name: f"_c{i}" for i, name in enumerate(counted)}  # check names hold dots: Spark reads them as fields
-    (row,) = df.agg(F.count(F.lit(1)).alias(ROWS), *(e.alias(aliases[name]) for name, e in counted.items())).collect()
+    keyed = {c.name: _key_columns(c) for c in checks if _key_columns(c)}
+    one = df.agg(F.count(F.lit(1)).alias(ROWS), *(e.alias(aliases[name]) for name, e in counted.items()
+                                                     if name not in keyed))
+    for name, cols in keyed.items():
+        # rows: one per distinct key, summed to one row; the cross join meets one row with one row
+        some = functools.reduce(lambda a, b: a | b, (F.col(c).isNotNull() for c in cols))  # GX skips all-null keys
+        repeats = (df.where(some).groupBy(*cols).count()
+                   .agg(F.coalesce(F.sum(F.col("count") - 1), F.lit(0)).alias(aliases[name])))
+        one = one.crossJoin(repeats)
+    (row,) = one.collect()
     values: dict[str, float | int | None] = {name: None for name in exprs}
     values.update({name: row[aliases[name]] for name in counted})
     means = frozenset(c.name for c in checks if c.expectation_type.__name__ == MEAN)
