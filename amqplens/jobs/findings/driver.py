@@ -90,7 +90,7 @@ class _Reader:
     def read(self, name: str, columns, where) -> pd.DataFrame:
         t = table_def(name)
         columns = list(columns)
-        schema = pa.schema([t.arrow_schema().field(c) for c in columns])
+        schema = pa.schema([t.arrow_schema().field(c).with_nullable(True) for c in columns])  # as Spark reads them
         dt = self.store.delta(name)
         if dt is None:  # not in the lake: no rows (as the Spark path's empty DataFrame)
             return _frame(schema.empty_table())
@@ -123,7 +123,8 @@ def _dataset(store, name: str, dt):
     rels = pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist()  # in file_uris()'s order
     paths = [store._path(name, urllib.parse.unquote(rel)) for rel, uri in zip(rels, dt.file_uris()) if uri in present]
     parts = ds.partitioning(pa.schema([t.arrow_schema().field(c) for c in t.partition_by]), flavor="hive")
-    return ds.dataset(paths, schema=t.arrow_schema(), format="parquet", filesystem=store.fs, partitioning=parts,
+    schema = pa.schema([f.with_nullable(True) for f in t.arrow_schema()])
+    return ds.dataset(paths, schema=schema, format="parquet", filesystem=store.fs, partitioning=parts,
                       partition_base_dir=store._path(name))
 
 

@@ -38,7 +38,7 @@ def jf(v, digits: int) -> str:
     """``%.<digits>f`` as Java writes it: the double's shortest decimal digits, rounded half up (Python's '%.2f'
     rounds the binary value: 4.485 -> '4.48', Java '4.49')."""
     if v is None:
-        return "null"
+        return "null"[:digits]  # Java's Formatter: the precision cuts 'null' too
     v = float(v)
     if math.isnan(v):
         return "NaN"
