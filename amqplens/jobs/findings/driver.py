@@ -205,14 +205,13 @@ def _json_name(text):
 
 def connection_labels(connections: pd.DataFrame) -> dict:
     """connection_id -> ``client -> server "name"`` (labels.connection_labels)."""
-    out = {}
+    out: dict[str, str | None] = {}
     for c in records(connections[["connection_id", "client_properties_json", "client_container_id", "ip_version",
                                   "client_ip", "client_port", "server_ip", "server_port"]]):
         name = _json_name(c["client_properties_json"])
         name = name if name is not None else c["client_container_id"]
-        if c["ip_version"] == 0:
-            ends = "trace"
-        else:
+        ends: str | None = "trace"
+        if c["ip_version"] != 0:
             a, b = _endpoint(c["client_ip"], c["client_port"]), _endpoint(c["server_ip"], c["server_port"])
             ends = None if a is None or b is None else f"{a} -> {b}"
         quoted = f' "{name}"' if name is not None and name != "" else ""

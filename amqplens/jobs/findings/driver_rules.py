@@ -123,10 +123,10 @@ def _agg(df: pd.DataFrame, keys, **aggs) -> pd.DataFrame:
     return out.reset_index()
 
 
-def raw(r: dict, kind: str, *, entity_kind, entity, connection_id, start, end, summary, evidence, count,
+def raw(r: dict, kind: str | None, *, entity_kind, entity, connection_id, start, end, summary, evidence, count,
         channel=None, key="", severity=None) -> dict:
     """rows.finding for one row."""
-    return {"capture_id": r["capture_id"], "kind": kind, "severity": severity or SEVERITY.get(kind),
+    return {"capture_id": r["capture_id"], "kind": kind, "severity": severity or SEVERITY.get(kind or ""),
             "entity_kind": entity_kind, "entity": None if entity is None else str(entity),
             "connection_id": None if connection_id is None else str(connection_id),
             "channel": None if channel is None else int(channel), "start_ts": start, "end_ts": end,
@@ -188,6 +188,18 @@ def publisher_blocked(inp: DriverInputs) -> list[dict]:
     return out
 
 
+def _share(v, of) -> str:
+    """``%.0f`` of 100 * v / of (null when ``of`` is 0)."""
+    return jf(None if ratio(v, of) is None else 100 * v / of, 0)
+
+
+def _of_flow_row(r: dict, kind: str, entity_kind: str, summary: str, *, start, end) -> dict:
+    """A finding about one whole-capture row of metrics_flow (a time in microseconds: its count, in milliseconds)."""
+    return raw(r, kind, entity_kind=entity_kind, entity=r["entity"], connection_id=r["connection_id"], channel=r["channel"],
+               start=start, end=end, summary=summary, evidence=_ids("metrics_flow", "metric_row_id", r["metric_row_id"]),
+               count=floor(r["value"] / 1000) if r["value"] is not None else None)
+
+
 def channel_flow_off(inp: DriverInputs) -> list[dict]:
     fw, fe = inp.flow_whole, inp.flow_events
     off = fw[true((fw["metric"] == "flow_off_us") & (fw["value"] > 0)
@@ -200,12 +212,10 @@ def channel_flow_off(inp: DriverInputs) -> list[dict]:
     out = []
     for r in records(rows):
         v, obs = r["value"], r["observed_us"]
-        summary = (f"The channel spent {seconds(v)} with channel.flow off ({jf(None if ratio(v, obs) is None else 100 * v / obs, 0)}% "
-                   f"of the {seconds(obs)} observed): its peer asked it to stop sending content.")
-        out.append(raw(r, "channel_flow_off", entity_kind="channel", entity=r["entity"], connection_id=r["connection_id"],
-                       channel=r["channel"], start=coalesce(r["off_ts"], r["conn_start"]),
-                       end=coalesce(r["conn_end"], r["last_ts"]), summary=summary,
-                       evidence=_ids("metrics_flow", "metric_row_id", r["metric_row_id"]), count=floor(v / 1000)))
+        summary = (f"The channel spent {seconds(v)} with channel.flow off ({_share(v, obs)}% of the {seconds(obs)} observed): "
+                   "its peer asked it to stop sending content.")
+        out.append(_of_flow_row(r, "channel_flow_off", "channel", summary, start=coalesce(r["off_ts"], r["conn_start"]),
+                                end=coalesce(r["conn_end"], r["last_ts"])))
     return out
 
 
@@ -234,13 +244,10 @@ def slow_consumer(inp: DriverInputs) -> list[dict]:
     out = []
     for r in records(rows):
         v, life_us = r["value"], r["life_us"]
-        summary = (f"The consumer was held at its prefetch limit for {seconds(v)}, "
-                   f"{jf(None if ratio(v, life_us) is None else 100 * v / life_us, 0)}% of its {seconds(life_us)} life: "
-                   "the broker waited for its acks before delivering more.")
-        out.append(raw(r, "slow_consumer", entity_kind="consumer", entity=r["entity"], connection_id=r["connection_id"],
-                       channel=r["channel"], start=coalesce(r["life_start"], r["conn_start"]),
-                       end=coalesce(r["life_end"], r["conn_end"]), summary=summary,
-                       evidence=_ids("metrics_flow", "metric_row_id", r["metric_row_id"]), count=floor(v / 1000)))
+        summary = (f"The consumer was held at its prefetch limit for {seconds(v)}, {_share(v, life_us)}% of its "
+                   f"{seconds(life_us)} life: the broker waited for its acks before delivering more.")
+        out.append(_of_flow_row(r, "slow_consumer", "consumer", summary, start=coalesce(r["life_start"], r["conn_start"]),
+                                end=coalesce(r["life_end"], r["conn_end"])))
     return out
 
 
@@ -261,12 +268,9 @@ def credit_starved(inp: DriverInputs) -> list[dict]:
     out = []
     for r in records(rows):
         v, obs = r["value"], r["observed_us"]
-        summary = (f"The sender link had no link credit for {seconds(v)}, "
-                   f"{jf(None if ratio(v, obs) is None else 100 * v / obs, 0)}% of the {seconds(obs)} observed: "
+        summary = (f"The sender link had no link credit for {seconds(v)}, {_share(v, obs)}% of the {seconds(obs)} observed: "
                    "the broker left the client unable to send.")
-        out.append(raw(r, "credit_starved", entity_kind="link", entity=r["entity"], connection_id=r["connection_id"],
-                       channel=r["channel"], start=r["conn_start"], end=r["conn_end"], summary=summary,
-                       evidence=_ids("metrics_flow", "metric_row_id", r["metric_row_id"]), count=floor(v / 1000)))
+        out.append(_of_flow_row(r, "credit_starved", "link", summary, start=r["conn_start"], end=r["conn_end"]))
     return out
 
 
@@ -436,6 +440,13 @@ def heartbeat_timeout(inp: DriverInputs) -> list[dict]:
     return out
 
 
+def _of_connection(r: dict, kind: str, summary: str, *, start, end, evidence: str | None = None, count=1) -> dict:
+    """A finding about one row of connections (its evidence, unless given: that row)."""
+    return raw(r, kind, entity_kind="connection", entity=r["connection_id"], connection_id=r["connection_id"],
+               start=start, end=end, summary=summary, count=count,
+               evidence=_ids("connections", "connection_id", r["connection_id"]) if evidence is None else evidence)
+
+
 def abrupt_end(inp: DriverInputs) -> list[dict]:
     c = inp.connections
     decoded = c["dialect"].notna()
@@ -445,10 +456,8 @@ def abrupt_end(inp: DriverInputs) -> list[dict]:
         by = coalesce(r["closed_by"], "?")
         how = f"was reset (TCP RST from the {by})" if r["end_reason"] == "rst" else f"ended with a FIN from the {by}"
         close = " (its AMQP traffic was not decoded)" if r["dialect"] is None else " with no AMQP close from either side"
-        out.append(raw(r, "abrupt_end", entity_kind="connection", entity=r["connection_id"],
-                       connection_id=r["connection_id"], start=r["end_ts"], end=r["end_ts"],
-                       summary=f"The connection {how}{close}, {seconds(r['duration_us'])} after it began.",
-                       evidence=_ids("connections", "connection_id", r["connection_id"]), count=1))
+        out.append(_of_connection(r, "abrupt_end", f"The connection {how}{close}, {seconds(r['duration_us'])} after it began.",
+                                  start=r["end_ts"], end=r["end_ts"]))
     return out
 
 
@@ -468,10 +477,8 @@ def access_refused(inp: DriverInputs) -> list[dict]:
             why = f"close {js(r['close_condition'])} '{coalesce(r['close_description'], '')}'"
         who = ((f" for user '{r['user']}'" if r["user"] is not None else "")
                + (f" on vhost '{r['vhost']}'" if r["vhost"] is not None else ""))
-        out.append(raw(r, "access_refused", entity_kind="connection", entity=r["connection_id"],
-                       connection_id=r["connection_id"], start=r["start_ts"], end=r["end_ts"],
-                       summary=f"The broker refused the connection{who}: {why}.",
-                       evidence=_ids("connections", "connection_id", r["connection_id"]), count=1))
+        out.append(_of_connection(r, "access_refused", f"The broker refused the connection{who}: {why}.",
+                                  start=r["start_ts"], end=r["end_ts"]))
     return out
 
 
@@ -482,9 +489,7 @@ def tls_not_decrypted(inp: DriverInputs) -> list[dict]:
     for r in records(rows):
         summary = (f"A TLS connection amqplens did not decrypt ({coalesce(r['tls_status'], 'no_key')}): its AMQP traffic is "
                    "not in the tables; give its key log with --keylog.")
-        out.append(raw(r, "tls_not_decrypted", entity_kind="connection", entity=r["connection_id"],
-                       connection_id=r["connection_id"], start=r["start_ts"], end=r["end_ts"], summary=summary,
-                       evidence=_ids("connections", "connection_id", r["connection_id"]), count=1))
+        out.append(_of_connection(r, "tls_not_decrypted", summary, start=r["start_ts"], end=r["end_ts"]))
     return out
 
 
@@ -496,9 +501,8 @@ def capture_gaps(inp: DriverInputs) -> list[dict]:
         s, k = r["missing_bytes_to_server"], r["missing_bytes_to_client"]
         summary = (f"{s} bytes to the server and {k} to the client were never captured (gaps in the TCP streams): "
                    "findings on this connection may miss or cut what happened.")
-        out.append(raw(r, "capture_gaps", entity_kind="connection", entity=r["connection_id"],
-                       connection_id=r["connection_id"], start=r["start_ts"], end=r["end_ts"], summary=summary,
-                       evidence=f"decode_errors stage=tcp connection_id={js(r['connection_id'])}", count=s + k))
+        out.append(_of_connection(r, "capture_gaps", summary, start=r["start_ts"], end=r["end_ts"], count=s + k,
+                                  evidence=f"decode_errors stage=tcp connection_id={js(r['connection_id'])}"))
     return out
 
 
