@@ -117,10 +117,24 @@ def _agg(df: pd.DataFrame, keys, **aggs) -> pd.DataFrame:
             cols[name] = g.size()
         elif how == "sum":
             cols[name] = g[col].sum(min_count=1)
+        elif isinstance(df[col].dtype, pd.StringDtype):
+            cols[name] = _text_agg(df, keys, col, how)
         else:
             cols[name] = getattr(g[col], how)()
     out = pd.DataFrame(cols)
     return out.reset_index()
+
+
+def _text_agg(df: pd.DataFrame, keys, col: str, how: str) -> pd.Series:
+    """min, max or first of a text column per group, on the values' ranks (pandas aggregates text group by group in
+    Python: 2 s for 10,000 connections); Python orders text by code point, as Spark by UTF-8 bytes: the same order."""
+    codes, uniques = pd.factorize(df[col], sort=True)
+    ranks = pd.Series(pd.array(codes, dtype="Int64"), index=df.index).mask(codes < 0)
+    picked = getattr(_group(df.assign(_rank=ranks), keys)["_rank"], how)()
+    out = pd.Series(pd.NA, index=picked.index, dtype=pd.StringDtype())
+    known = picked.notna()
+    out[known] = pd.array(uniques, dtype=pd.StringDtype())[picked[known].to_numpy(dtype="int64")]
+    return out
 
 
 def raw(r: dict, kind: str | None, *, entity_kind, entity, connection_id, start, end, summary, evidence, count,
@@ -313,7 +327,7 @@ def _consumer_queues(inp: DriverInputs) -> pd.DataFrame:
     consume = c[true((c["class_name"] == "basic") & (c["method_name"] == "consume") & c["consumer_tag"].notna())]
     consume = consume.dropna(subset=["queue"])  # first(queue, ignorenulls): a group of null queues joins as null
     # rows: one per (connection, consumer tag)
-    return _group(consume, ["connection_id", "consumer_tag"])["queue"].first().rename("consumer_queue").reset_index()
+    return _text_agg(consume, ["connection_id", "consumer_tag"], "queue", "first").rename("consumer_queue").reset_index()
 
 
 def redelivery_loop(inp: DriverInputs) -> list[dict]:
@@ -580,7 +594,7 @@ def consumer_cancelled(inp: DriverInputs) -> list[dict]:
     rows = c[true((c["class_name"] == "basic") & (c["method_name"] == "cancel") & (c["direction"] == "to_client"))]
     consume = c[true((c["class_name"] == "basic") & (c["method_name"] == "consume"))].dropna(subset=["queue"])
     # rows: one queue per (connection, consumer tag)
-    queues = _group(consume, ["connection_id", "consumer_tag"])["queue"].first().rename("q").reset_index()
+    queues = _text_agg(consume, ["connection_id", "consumer_tag"], "queue", "first").rename("q").reset_index()
     rows = _join(rows, queues, ["connection_id", "consumer_tag"])
     out = []
     for r in records(rows):
