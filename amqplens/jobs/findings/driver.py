@@ -251,14 +251,17 @@ def first_non_null(df: pd.DataFrame, keys: list[str], column: str) -> dict:
     return {(k if isinstance(k, tuple) else (k,)): v for k, v in firsts.items()}
 
 
-def label_maps(inp: DriverInputs) -> dict:
+def label_maps(inp: DriverInputs, connection_ids: set) -> dict:
+    """The maps ``label`` looks entities up in; the connections' labels of ``connection_ids`` only (those findings
+    name: a few of 10,000 connections)."""
     ctl = inp.control
+    conns = inp.connections
     consume = ctl[((ctl["class_name"] == "basic") & (ctl["method_name"] == "consume") & ctl["consumer_tag"].notna()
                    & (ctl["consumer_tag"] != "")).fillna(False)]
     attach = ctl[((ctl["performative"] == "attach") & ctl["handle"].notna()).fillna(False)]
     return {
         "capture": {c["capture_id"]: _cap_label(c["path"]) for c in records(inp.captures[["capture_id", "path"]])},
-        "connection": connection_labels(inp.connections),
+        "connection": connection_labels(conns[conns["connection_id"].isin(list(connection_ids))]),
         "consumer": first_non_null(consume, ["connection_id", "consumer_tag"], "queue"),
         "link": {(cid, ch, f"handle {h}"): name
                  for (cid, ch, h), name in first_non_null(attach, ["connection_id", "channel", "handle"], "link_name").items()},
@@ -315,7 +318,7 @@ def finish(inp: DriverInputs, raw: list[dict]) -> list[dict]:
     gap_conns = set(c.loc[gap, "connection_id"].dropna())
     gap_caps = set(c.loc[gap, "capture_id"].dropna())
     caps = {r["capture_id"]: r for r in records(inp.captures)}
-    maps = label_maps(inp)
+    maps = label_maps(inp, {r["connection_id"] for r in raw if r["connection_id"] is not None})
     out = []
     for r in raw:
         cap = caps.get(r["capture_id"])
