@@ -18,7 +18,7 @@ import pytest
 
 from amqplens.contracts.findings import FINDINGS
 from amqplens.jobs import findings
-from amqplens.jobs.findings import driver
+from amqplens.jobs.findings.driver_rules import findings_rows
 from amqplens.jobs.findings.job import JOB, app_id
 from amqplens.lake.store import TableStore
 
@@ -61,7 +61,7 @@ def test_the_default_path_is_the_driver_and_spark_writes_the_same_rows(spark, fi
     c, store, _, _ = findings_lake
     # the fixtures' lake was written by the default engine (auto): its inputs fit, so by the driver
     assert c["findings.engine"] == "auto"
-    assert driver.findings_rows(store, c, capture_ids(store), c["findings.driver_max_rows"]) is not None
+    assert findings_rows(store, c, capture_ids(store), c["findings.driver_max_rows"]) is not None
     expected = rows_of(store)
     assert len(expected) >= 30 and {r["kind"] for r in expected} >= {"publisher_blocked", "slow_consumer", "slow_settle",
                                                                       "heartbeat_timeout", "connection_churn", "link_error"}
@@ -76,7 +76,7 @@ def test_the_default_path_is_the_driver_and_spark_writes_the_same_rows(spark, fi
 def test_past_the_cap_spark_runs_and_writes_the_same_rows(spark, findings_lake, tmp_path, caplog):
     c, store, _, _ = findings_lake
     conf = lake_copy(findings_lake, tmp_path, "capped").with_overrides(findings__driver_max_rows=1)
-    assert driver.findings_rows(TableStore(spark, conf["lake.root"]), conf, capture_ids(store), 1) is None
+    assert findings_rows(TableStore(spark, conf["lake.root"]), conf, capture_ids(store), 1) is None
     with caplog.at_level(logging.INFO, logger="amqplens.jobs.findings.job"):
         assert sorted(findings.run(spark, conf, run_id="c")) == capture_ids(store)
     assert any("through Spark (findings.engine=auto)" in m for m in spark_messages(caplog)), spark_messages(caplog)

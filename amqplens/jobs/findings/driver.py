@@ -2,9 +2,10 @@
 
 What the rules read is small (the whole-capture metric rows, the connections, a few control frames, the filtered
 deliveries and flow events), but as Spark queries the 16 rules cost about 60 stages, a few hundred milliseconds each,
-whatever the capture's size. Here each input is read by delta-rs and pyarrow, its columns projected and its filter
-pushed into the dataset scan (row groups skipped on their statistics, each batch filtered as it is read, so memory
-holds the rows kept, not the table); the rules (driver_rules.py) run over pandas frames, vectorised per rule and
+whatever the capture's size. Here each input is read from the Delta snapshot's files with pyarrow: the files of the
+captures to do, the filter's own columns first, row group by row group, and the rest of the columns only of the row
+groups where it keeps rows (memory holds the rows kept, not the table; the rows kept are counted against the cap
+before the wide columns are read); the rules (driver_rules.py) run over pandas frames, vectorised per rule and
 table; the rows are labelled as ``amqplens.jobs.labels`` labels them and written with pyarrow
 (``TableStore.write_rows``). When the rows kept pass ``findings.driver_max_rows``, the read stops and the stage runs
 through Spark: the Spark rules (flow.py, settlement.py, connections.py, errors.py) are the reference, and a test runs
@@ -337,16 +338,3 @@ def finish(inp: DriverInputs, raw: list[dict]) -> list[dict]:
         r["entity_label"] = label(r, maps)
         out.append({col: r[col] for col in FINDINGS.column_names})
     return out
-
-
-def findings_rows(store, conf: Config, capture_ids: list[str], budget: int | None) -> list[dict] | None:
-    """The findings rows of ``capture_ids`` (the findings table's columns), or None when the inputs do not fit."""
-    from amqplens.jobs.findings import driver_rules
-
-    try:
-        inp = read_inputs(store, conf, capture_ids, budget)
-    except TooMany as exc:
-        log.info("findings: Spark path (%s)", exc)
-        return None
-    raw = [row for rule in driver_rules.RULES for row in rule(inp)]
-    return finish(inp, raw)

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from amqplens.contracts.findings import SEVERITY
-from amqplens.jobs.findings.driver import DriverInputs, records
+from amqplens.jobs.findings.driver import DriverInputs, TooMany, finish, log, read_inputs, records
 from amqplens.jobs.findings.errors import ERROR_KIND, WHAT
 from amqplens.jobs.findings.settlement import OUTCOME_KIND, WORDS
 
@@ -612,3 +612,14 @@ def consumer_cancelled(inp: DriverInputs) -> list[dict]:
 RULES = (publisher_blocked, channel_flow_off, slow_consumer, credit_starved, outcomes, redelivery_loop, slow_settle,
          heartbeat_timeout, abrupt_end, access_refused, tls_not_decrypted, capture_gaps, connection_churn, errors,
          consumer_cancelled)
+
+
+def findings_rows(store, conf, capture_ids: list[str], budget: int | None) -> list[dict] | None:
+    """The findings rows of ``capture_ids`` (the findings table's columns), or None when the inputs do not fit
+    ``budget`` rows kept (None: no limit)."""
+    try:
+        inp = read_inputs(store, conf, capture_ids, budget)
+    except TooMany as exc:
+        log.info("findings: not on the driver (%s)", exc)
+        return None
+    return finish(inp, [row for rule in RULES for row in rule(inp)])

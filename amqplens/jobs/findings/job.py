@@ -20,7 +20,7 @@ import uuid
 from amqplens.config import Config
 from amqplens.contracts.findings import FINDINGS
 from amqplens.decode import __version__
-from amqplens.jobs.findings import connections, driver, errors, flow, settlement
+from amqplens.jobs.findings import connections, errors, flow, settlement
 from amqplens.jobs.findings.inputs import Inputs, inputs
 from amqplens.jobs.findings.rows import RAW
 from amqplens.jobs.labels import label_maps, with_labels
@@ -96,9 +96,11 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     ids = list(pending)
     engine = conf["findings.engine"]
     if engine != "spark":
+        from amqplens.jobs.findings.driver_rules import findings_rows  # pandas: imported when the stage runs
+
         t0 = time.perf_counter()
         budget = None if engine == "driver" else conf["findings.driver_max_rows"]
-        rows = driver.findings_rows(store, conf, ids, budget)
+        rows = findings_rows(store, conf, ids, budget)
         if rows is not None:
             done = store.write_rows(JOB, rows, units=pending, run_id=run_id)
             log.info("findings: %d captures, %d findings, on the driver (%.2f s)", len(ids), len(rows),
