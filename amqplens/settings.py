@@ -374,6 +374,18 @@ class FindingsSettings(_Section):
     churn_min_channels: Annotated[int, *Int(2)] = setting(
         20, "connection_churn: channel.open on one connection from which it churns channels (a channel per message)")
     top_n: Annotated[int, *Int(1)] = setting(50, "findings the report and `amqplens summary` list (most severe first)")
+    engine: Annotated[str, *Choice("auto", "driver", "spark")] = setting(
+        "auto", "where the rules run: `driver` (delta-rs reads of the rules' inputs, pandas, a pyarrow write: no Spark "
+        "job), `spark` (a Spark query per rule: the reference), `auto` = the driver while the rows it keeps fit "
+        "`findings.driver_max_rows`, else Spark. The same rows either way (a test compares them on the findings "
+        "fixtures). Measured on the 300 MB load capture's lake: 2.3-2.9 s on the driver, 20.7-24.1 s through Spark "
+        "(docs/performance.md, the findings stage)")
+    driver_max_rows: Annotated[int, *Int(0)] = setting(
+        1_000_000, "`findings.engine` auto: the rows the driver may keep of the rules' inputs (connections, the control "
+        "frames, whole-capture metric rows, the deliveries with a finding's outcome, redelivered or slow, ...) before "
+        "the stage goes to Spark; they are held in the driver's Python process as pandas frames (a delivery row 1.2 KB, "
+        "a connection 1.6 KB: 1M rows, 1-1.5 GB), the same bound as `validate.pandas_max_rows`; the 300 MB load "
+        "capture keeps 85k")
 
 
 class ReportSettings(_Section):

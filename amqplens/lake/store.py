@@ -336,9 +336,12 @@ class TableStore:
         writer = staged.writer(0)
         schema = pa.schema([pa.field(c.name, c.arrow_type) for c in t.data_columns()])
         partitions = {}
+        by_unit: dict[str, list[dict]] = {}
         for row in rows:
-            writer.write(row[rkey], pa.RecordBatch.from_pylist([row], schema=schema))
+            by_unit.setdefault(row[rkey], []).append(row)
             partitions[row[rkey]] = {k: _partition_str(row[k]) for k in t.partition_by}
+        for unit, unit_rows in by_unit.items():  # one batch per unit (the findings of a capture: thousands of rows)
+            writer.write(unit, pa.RecordBatch.from_pylist(unit_rows, schema=schema))
         try:
             # the partition columns are not nullable (amqplens/contracts): each value is a str, not None
             return self.commit_staged(staged, writer.close(), units=units, partitions=cast("dict[str, dict[str, str]]", partitions), run_id=run_id)

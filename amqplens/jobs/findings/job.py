@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import time
 import uuid
 
 from amqplens.config import Config
@@ -25,13 +27,16 @@ from amqplens.jobs.labels import label_maps, with_labels
 from amqplens.lake.store import TableStore, conform
 
 JOB = "findings"
+# findings.* keys that change no row: how many are listed, and where the rules run (the same rows either way)
+NOT_THRESHOLDS = ("top_n", "engine", "driver_max_rows")
+log = logging.getLogger(__name__)
 RULE_FAMILIES = (flow, settlement, connections, errors)
 
 
 def app_id(capture_id: str, decoder_version: str, conf: Config) -> str:
     """The unit's transaction id: changing a threshold derives the findings again (top_n only says how many are
     listed)."""
-    knobs = {k: v for k, v in conf.section("findings").items() if k != "top_n"}
+    knobs = {k: v for k, v in conf.section("findings").items() if k not in NOT_THRESHOLDS}
     text = json.dumps({**knobs, "join": conf["logs.join_tolerance_s"]}, sort_keys=True)
     return f"amqplens/{JOB}/{capture_id}/{decoder_version}/{__version__}+{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
@@ -89,12 +94,25 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     if not pending:
         return []
     ids = list(pending)
+    engine = conf["findings.engine"]
+    if engine != "spark":
+        from amqplens.jobs.findings.driver_rules import findings_rows  # pandas: imported when the stage runs
+
+        t0 = time.perf_counter()
+        budget = None if engine == "driver" else conf["findings.driver_max_rows"]
+        rows = findings_rows(store, conf, ids, budget)
+        if rows is not None:
+            done = store.write_rows(JOB, rows, units=pending, run_id=run_id)
+            log.info("findings: %d captures, %d findings, on the driver (%.2f s)", len(ids), len(rows),
+                     time.perf_counter() - t0)
+            return ids if done else []
     caps = store.read("captures").select("capture_id", "capture_date", "first_ts", "last_ts").where(F.col("capture_id").isin(ids))
     inp = inputs(store, conf, ids)
     labels = label_maps(inp.read("captures"), inp.connections, inp.control)
     try:
         raw = raw_findings(spark, inp, conf["metrics.concurrent_tables"])
         done = store.write(JOB, findings(inp, caps, labels, raw), units=pending, run_id=run_id)
+        log.info("findings: %d captures, through Spark (findings.engine=%s)", len(ids), engine)
     finally:
         for df in (*inp.cached(), *labels.values()):
             df.unpersist()

@@ -11,6 +11,20 @@ REJECTED = ("rejected", "modified", "rejected_drop", "nacked_drop")
 OUTCOME_KIND = {**dict.fromkeys(UNSETTLED, "unsettled_at_end"), "returned": "returned_unroutable",
                 "nacked_by_broker": "publish_nacked", **dict.fromkeys(REJECTED, "rejected_by_consumer")}
 
+# outcome -> what happened to those messages (the summary's words)
+WORDS = {
+    "unconfirmed_at_close": "never confirmed by the broker before their channel closed: the publisher does not know "
+                            "whether they arrived",
+    "requeued_on_close": "delivered but never acknowledged when their channel closed: the broker requeues them",
+    "unsettled_at_close": "never settled when their link, session or connection closed",
+    "open_at_capture_end": "still unsettled when the capture ended",
+    "returned": "returned by the broker as unroutable (basic.return): no queue was bound for them",
+    "nacked_by_broker": "nacked by the broker (basic.nack): it did not take responsibility for them",
+    "rejected": "settled rejected", "modified": "settled modified (to be delivered again elsewhere or never)",
+    "rejected_drop": "rejected by the consumer without requeue (dropped or dead-lettered)",
+    "nacked_drop": "nacked by the consumer without requeue (dropped or dead-lettered)",
+}
+
 
 def outcomes(inp):
     """One aggregate of deliveries by (connection, direction, outcome) for the outcomes OUTCOME_KIND names."""
@@ -33,19 +47,7 @@ def outcomes(inp):
     where = F.when(F.col("routing_key").isNotNull(), F.format_string(
         " (e.g. exchange '%s', routing key '%s')", F.coalesce("exchange", F.lit("")), F.col("routing_key"))) \
         .when(F.col("queue").isNotNull(), F.format_string(" (e.g. '%s')", F.col("queue"))).otherwise(F.lit(""))
-    words = {
-        "unconfirmed_at_close": "never confirmed by the broker before their channel closed: the publisher does not know "
-                                "whether they arrived",
-        "requeued_on_close": "delivered but never acknowledged when their channel closed: the broker requeues them",
-        "unsettled_at_close": "never settled when their link, session or connection closed",
-        "open_at_capture_end": "still unsettled when the capture ended",
-        "returned": "returned by the broker as unroutable (basic.return): no queue was bound for them",
-        "nacked_by_broker": "nacked by the broker (basic.nack): it did not take responsibility for them",
-        "rejected": "settled rejected", "modified": "settled modified (to be delivered again elsewhere or never)",
-        "rejected_drop": "rejected by the consumer without requeue (dropped or dead-lettered)",
-        "nacked_drop": "nacked by the consumer without requeue (dropped or dead-lettered)",
-    }
-    text = F.create_map(*[F.lit(x) for pair in words.items() for x in pair])[F.col("outcome")]
+    text = F.create_map(*[F.lit(x) for pair in WORDS.items() for x in pair])[F.col("outcome")]
     summary = F.format_string("%s %s%s.", what, text, where)
     evidence = F.format_string("deliveries outcome=%s connection_id=%s direction=%s (%d rows: delivery_id=%s .. %s)",
                                F.col("outcome"), F.col("connection_id"), F.col("direction"), F.col("n"),
