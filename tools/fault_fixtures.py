@@ -744,13 +744,14 @@ def rabbit_sender(h, run: Run, suffix: str, link: str):
 
 
 @fault
-def amqp10_modified(run: Run) -> None:
+def amqp10_modified(run: Run):
     """AMQP 1.0 from python-qpid-proton: a sender link (session 0) sends 3
     messages to /queue/amqp10_modified, all accepted. A receiver on session 1
     with credit 3 settles its deliveries one disposition each: accepted,
     rejected, then modified with delivery-failed=true; a receiver on session 2
-    with credit 1 gets the modified message back and settles it modified with
-    undeliverable-here=true. RabbitMQ 3.10 does not implement the modified
+    with credit 1 takes the queue's next message (which one came back: the
+    findings below) and settles it modified with undeliverable-here=true.
+    RabbitMQ 3.10 does not implement the modified
     outcome: each modified disposition makes it end that session with
     amqp:invalid-field (the message goes back to the queue). The sender
     detaches and the connection closes; the queue is deleted after the
@@ -831,7 +832,7 @@ ALARM_SPACING_S = 0.3  # between the transfers sent while the alarm is set (the 
 
 
 @fault
-def credit_starved(run: Run) -> None:
+def credit_starved(run: Run):
     """Two AMQP 1.0 sender links from python-qpid-proton, one after the other.
     First to RabbitMQ: it grants link credit 65536 at attach; 4 transfers are
     accepted, then the memory alarm is set (rabbitmqctl
@@ -959,7 +960,7 @@ def credit_starved(run: Run) -> None:
 
 
 @fault
-def channel_flow(run: Run) -> None:
+def channel_flow(run: Run):
     """A pika client on channel 1: queue.declare, a publish, channel.flow
     active=true (RabbitMQ answers flow-ok active=true), then channel.flow
     active=false: RabbitMQ 3.10 does not implement it and closes the
