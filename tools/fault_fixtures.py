@@ -832,7 +832,7 @@ ALARM_SPACING_S = 0.3  # between the transfers sent while the alarm is set (the 
 
 
 @fault
-def credit_starved(run: Run):
+def amqp10_credit_starved(run: Run):
     """Two AMQP 1.0 sender links from python-qpid-proton, one after the other.
     First to RabbitMQ: it grants link credit 65536 at attach; 4 transfers are
     accepted, then the memory alarm is set (rabbitmqctl
@@ -1129,7 +1129,7 @@ Findings a diagnosing tool should raise (from the script and what the client mea
 """
 
 
-PROTON_FAULTS = ("amqp10_modified", "credit_starved")  # AMQP 1.0 from python-qpid-proton
+PROTON_FAULTS = ("amqp10_modified", "amqp10_credit_starved")  # AMQP 1.0 from python-qpid-proton
 FAULT_TITLES = {
     "slow_consumer": "a consumer held at its prefetch limit, three slow acks",
     "requeue_loop": "one message nacked with requeue 16 times",
@@ -1141,6 +1141,6 @@ FAULT_TITLES = {
     "publish_nacked": "publishes nacked by a full reject-publish queue",
     "clean_traffic": "the negative control: nothing wrong",
     "amqp10_modified": "AMQP 1.0 deliveries settled modified (and one rejected)",
-    "credit_starved": "AMQP 1.0 senders: RabbitMQ's alarm keeps credit, a proton peer withholds it",
+    "amqp10_credit_starved": "AMQP 1.0 senders: RabbitMQ's alarm keeps credit, a proton peer withholds it",
     "channel_flow": "channel.flow active=false, refused by RabbitMQ (540)",
 }

@@ -19,7 +19,7 @@ BROKER = DATA / "broker"
 SCENARIOS = ("connection_blocked", "channel_error", "connection_forced", "mandatory_return", "nack_reject", "amqp10_rich",
              "heartbeat", "publish_confirms", "consume_prefetch_ack", "slow_consumer", "requeue_loop", "publish_nacked",
              "refused_login", "heartbeat_timeout", "unsettled_at_end", "consumer_cancelled", "churn", "clean_traffic",
-             "amqp10_modified", "credit_starved", "channel_flow")
+             "amqp10_modified", "amqp10_credit_starved", "channel_flow")
 LOGS = ("rabbitmq.log", "heartbeat_timeout.rabbitmq.log")  # the memory alarm; the missed heartbeats
 GAP_SOURCE = "mandatory_return"
 

@@ -5,7 +5,7 @@ Expected findings come from what each scenario did (tools/fault_fixtures.py, its
 own counts and timings, the broker's log) and, for the premises, from tshark's reading of the same capture; never
 from our output. Where RabbitMQ 3.10 cannot be made to cause the condition, the test says which source stands in:
 
-- credit_starved: RabbitMQ 3.10's 1.0 plugin grants incoming links a constant 65536 credit and, in the fixture, did
+- credit_starved (amqp10_credit_starved.pcap): RabbitMQ 3.10's 1.0 plugin grants incoming links a constant 65536 credit and, in the fixture, did
   not even hold back transfers during a memory alarm; the starved sender is the same scenario's second link, to a
   Qpid Proton peer (the script's own listener on 127.0.0.2:5672) that withholds credit for 1.5 s twice.
 - channel_flow_off: RabbitMQ refuses channel.flow active=false (540 NOT_IMPLEMENTED, tests/data/broker/channel_flow.pcap)
@@ -56,17 +56,17 @@ def share_in(summary: str) -> float:
 def test_the_broker_flows_of_the_credit_fixture_as_tshark_reads_them():
     """The premise, from tshark: RabbitMQ's flows on its link say 65536 and nothing less; the proton peer's grant 2
     each time (the script's CREDIT_GRANTS)."""
-    frames, _ = tshark10.frames(str(BROKER / "credit_starved.pcap"))
+    frames, _ = tshark10.frames(str(BROKER / "amqp10_credit_starved.pcap"))
     credits = {port: [f[5] for f in entries if f[0] != "header" and f[1] == FLOW and f[2] is not None]
                for (port, direction), entries in frames.items() if direction == "to_client"}
     assert sorted(credits.values()) == [[2, 2, 2], [65536]]
 
 
 def test_a_sender_left_without_credit_is_starved(findings_lake):
-    facts = oracle("credit_starved")["facts"]
-    names = client_names(findings_lake, "credit_starved")
-    (f,) = found(findings_lake, "credit_starved", "credit_starved")
-    assert names[f["connection_id"]] == "fixture-credit_starved-sender" and f["severity"] == "warning"
+    facts = oracle("amqp10_credit_starved")["facts"]
+    names = client_names(findings_lake, "amqp10_credit_starved")
+    (f,) = found(findings_lake, "amqp10_credit_starved", "credit_starved")
+    assert names[f["connection_id"]] == "fixture-amqp10_credit_starved-sender" and f["severity"] == "warning"
     # the client measured 3.05 s without credit of the link's 3.07 s from attach to detach
     assert share_in(f["summary"]) == pytest.approx(facts["peer_starved_s"] / facts["peer_link_life_s"], abs=0.1)
     assert f["count"] / 1000 == pytest.approx(facts["peer_starved_s"], abs=0.3)  # count: milliseconds without credit
@@ -75,13 +75,13 @@ def test_a_sender_left_without_credit_is_starved(findings_lake):
 
 
 def test_rabbitmqs_link_during_the_memory_alarm_is_not_starved(findings_lake):
-    facts = oracle("credit_starved")["facts"]["rabbitmq"]
+    facts = oracle("amqp10_credit_starved")["facts"]["rabbitmq"]
     assert facts["credit_during_alarm"] > 0 and facts["alarm_cleared_ts"] > facts["alarm_set_ts"]
-    log = (BROKER / "credit_starved.rabbitmq.log").read_text()
+    log = (BROKER / "amqp10_credit_starved.rabbitmq.log").read_text()
     assert "memory resource limit alarm set" in log and "memory resource limit alarm cleared" in log
-    rows = found(findings_lake, "credit_starved")
-    names = client_names(findings_lake, "credit_starved")
-    assert not [r for r in rows if names.get(r["connection_id"]) == "fixture-credit_starved-rabbitmq" and r["severity"] != "info"]
+    rows = found(findings_lake, "amqp10_credit_starved")
+    names = client_names(findings_lake, "amqp10_credit_starved")
+    assert not [r for r in rows if names.get(r["connection_id"]) == "fixture-amqp10_credit_starved-rabbitmq" and r["severity"] != "info"]
     assert above_info(rows) == ["credit_starved"]  # README: every transfer accepted, both connections closed cleanly
 
 

@@ -26,8 +26,8 @@ from .captures import BROKER, oracle
 
 FAULTS = ("slow_consumer", "requeue_loop", "unsettled_at_end", "heartbeat_timeout", "refused_login",
           "consumer_cancelled", "churn", "publish_nacked", "clean_traffic", "channel_flow", "amqp10_modified",
-          "credit_starved")
-AMQP_1_0 = ("amqp10_modified", "credit_starved")  # python-qpid-proton clients
+          "amqp10_credit_starved")
+AMQP_1_0 = ("amqp10_modified", "amqp10_credit_starved")  # python-qpid-proton clients
 TYPE_CODE = {"method": 1, "header": 2, "body": 3, "heartbeat": 8}
 PRESENT = [name for name in FAULTS if (BROKER / f"{name}.pcap").exists()]
 
@@ -48,7 +48,7 @@ CLIENT_COUNTS = {
 CLIENT_COUNTS_10 = {
     "amqp10_modified": {("to_server", "transfer"): ["published"], ("to_client", "transfer"): ["delivered"],
                         ("to_server", "disposition"): ["accepted", "rejected", "modified"]},
-    "credit_starved": {("to_server", "transfer"): ["published"]},
+    "amqp10_credit_starved": {("to_server", "transfer"): ["published"]},
 }
 
 
