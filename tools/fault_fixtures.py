@@ -32,7 +32,7 @@ import pika
 import pika.exceptions
 import pika.spec
 
-from tools.make_fixtures import AMQP_PORT, BROKER_DIR, TIMEOUT_S, Confirms, Run, body, pump, tshark_methods
+from tools.make_fixtures import AMQP_PORT, BROKER_DIR, TIMEOUT_S, Confirms, Run, StepScript, body, pump, tshark_methods
 
 FAULTS: dict = {}
 
@@ -636,10 +636,374 @@ def clean_traffic(run: Run) -> None:
         "consumer never near its prefetch 20, no error, both connections closed with 200"])
 
 
+# -- 10-11. AMQP 1.0 on proton's reactor -------------------------------------------
+
+
+def proton_run(steps) -> tuple[collections.Counter, dict]:
+    """Run ``steps(h)`` on python-qpid-proton's reactor, in this process: a generator yielding (what, ready) waits
+    (make_fixtures.StepScript), that opens its own connections with ``h.container``. ``h.received[link name]`` holds the
+    (delivery, message) pairs a receiver link got; ``h.on_peer`` (if set) is called with each link a peer opened
+    toward a listener of the script's. Returns the counts and facts the steps kept."""
+    from proton import Endpoint
+    from proton.handlers import MessagingHandler
+    from proton.reactor import Container
+
+    counts: collections.Counter = collections.Counter()
+    facts: dict = {"remote_errors": []}
+
+    class Handler(StepScript, MessagingHandler):
+        def __init__(self) -> None:
+            super().__init__(prefetch=0, auto_accept=False, auto_settle=True)
+            self.counts, self.facts = counts, facts
+            self.received: dict = collections.defaultdict(list)
+            self.accepted: dict = {}  # delivery tag -> when the peer settled it accepted
+            self.sent: dict = {}  # delivery tag -> when it was sent
+            self.on_peer = None
+            self.on_sendable_link = None
+            self.detached: list = []
+
+        def on_start(self, event) -> None:
+            self.start_steps(event.container, steps(self))
+
+        def steps_done(self) -> None:
+            self.container.stop()  # a listener of the script's would keep the reactor running
+
+        def closed(self, endpoint) -> bool:
+            """Closed by the peer; for a link, detached (RabbitMQ 3.10 answers detach closed=true without closed)."""
+            return bool(endpoint.state & Endpoint.REMOTE_CLOSED) or endpoint in self.detached
+
+        def on_link_remote_detach(self, event) -> None:
+            self.detached.append(event.link)
+            event.link.detach()
+
+        @staticmethod
+        def active(endpoint) -> bool:
+            return bool(endpoint.state & Endpoint.REMOTE_ACTIVE)
+
+        def send(self, lnk, message) -> None:
+            d = lnk.send(message)
+            self.sent[d.tag] = time.time()
+            counts["published"] += 1
+
+        def on_link_opening(self, event) -> None:  # a link a peer opened toward our listener
+            lnk = event.link
+            (lnk.target if lnk.is_receiver else lnk.source).address = (
+                lnk.remote_target if lnk.is_receiver else lnk.remote_source).address
+            if self.on_peer is not None:
+                self.on_peer(lnk)
+
+        def on_sendable(self, event) -> None:
+            if self.on_sendable_link is not None:
+                self.on_sendable_link(event.link)
+
+        def on_message(self, event) -> None:
+            self.received[event.link.name].append((event.delivery, event.message))
+            counts["delivered"] += 1
+
+        def on_accepted(self, event) -> None:
+            self.accepted[event.delivery.tag] = time.time()
+            counts["accepted_by_peer"] += 1
+
+        def on_rejected(self, event) -> None:
+            counts["rejected_by_peer"] += 1
+
+        def on_session_error(self, event) -> None:
+            cond = event.session.remote_condition
+            facts["remote_errors"].append({"on": "end", "ts": now(), "condition": cond.name,
+                                           "description": cond.description})
+
+        def on_link_error(self, event) -> None:
+            cond = event.link.remote_condition
+            facts["remote_errors"].append({"on": "detach", "link": event.link.name, "ts": now(),
+                                           "condition": cond.name, "description": cond.description})
+
+        def on_connection_error(self, event) -> None:
+            cond = event.connection.remote_condition
+            facts["remote_errors"].append({"on": "close", "ts": now(), "condition": cond.name,
+                                           "description": cond.description})
+
+    Container(Handler()).run()
+    return counts, facts
+
+
+def rabbit_sender(h, run: Run, suffix: str, link: str):
+    """Steps: a 1.0 connection to the fixture broker (SASL PLAIN guest, container-id ``fixture-NAME-suffix``), a
+    session, a sender link ``link`` to /queue/NAME, up to its first credit. Returns (connection, session, link)."""
+    c = h.container.connect(f"amqp://{run.host}:{run.node.port}", handler=h, reconnect=False, user="guest",
+                            password="guest", allowed_mechs="PLAIN", allow_insecure_mechs=True,
+                            container_id=f"fixture-{run.name}-{suffix}")
+    yield f"open ({suffix})", lambda: h.active(c)
+    ssn = c.session()
+    ssn.open()
+    snd = h.link(ssn, "sender", link, f"/queue/{run.name}")
+    yield f"credit on {link}", lambda: snd.credit > 0
+    return c, ssn, snd
+
+
+# -- 10. dispositions modified -----------------------------------------------------
+
+
+@fault
+def amqp10_modified(run: Run):
+    """AMQP 1.0 from python-qpid-proton: a sender link (session 0) sends 3
+    messages to /queue/amqp10_modified, all accepted. A receiver on session 1
+    with credit 3 settles its deliveries one disposition each: accepted,
+    rejected, then modified with delivery-failed=true; a receiver on session 2
+    with credit 1 takes the queue's next message (which one came back: the
+    findings below) and settles it modified with undeliverable-here=true.
+    RabbitMQ 3.10 does not implement the modified
+    outcome: each modified disposition makes it end that session with
+    amqp:invalid-field (the message goes back to the queue). The sender
+    detaches and the connection closes; the queue is deleted after the
+    capture."""
+    from proton import Delivery, Message
+
+    address, settled = f"/queue/{run.name}", []
+
+    def settle(h, lnk, d, m, outcome: str) -> None:
+        if outcome in ("delivery-failed", "undeliverable-here"):
+            d.local.failed = outcome == "delivery-failed"
+            d.local.undeliverable = outcome == "undeliverable-here"
+            d.update(Delivery.MODIFIED)
+            d.settle()
+            h.counts["modified"] += 1
+        else:
+            getattr(h, {"accepted": "accept", "rejected": "reject"}[outcome])(d)
+            h.counts[outcome] += 1
+        settled.append({"link": lnk.name, "message_id": m.id, "outcome": outcome, "ts": now(),
+                        "first_acquirer": m.first_acquirer})
+
+    def steps(h):
+        c, s0, snd = yield from rabbit_sender(h, run, "client", f"{run.name}-sender")
+        for i in range(3):
+            h.send(snd, Message(id=f"{run.name}-{i}", body=f"amqp 1.0 message {i}", durable=False))
+        yield "3 accepted", lambda: h.counts["accepted_by_peer"] == 3
+        ended = {}
+        for n, outcomes in ((1, ("accepted", "rejected", "delivery-failed")), (2, ("undeliverable-here",))):
+            ssn = c.session()
+            ssn.open()
+            r = h.link(ssn, "receiver", f"{run.name}-receiver-{n}", address)
+            r.flow(len(outcomes))
+            h.counts["credit_granted"] += len(outcomes)
+            got = h.received[r.name]
+            yield f"{len(outcomes)} deliveries on session {n}", lambda got=got, k=len(outcomes): len(got) == k
+            for (d, m), outcome in zip(got, outcomes):
+                settle(h, r, d, m, outcome)
+            t, limit = time.time(), time.monotonic() + 3
+            yield f"session {n} ended", lambda ssn=ssn, limit=limit: h.closed(ssn) or time.monotonic() > limit
+            ended[n] = {"ended_by_broker": h.closed(ssn), "after_s": round(time.time() - t, 3)}
+        snd.close()
+        yield "sender detached", lambda: h.closed(snd)
+        s0.close()
+        yield "session 0 ended", lambda: h.closed(s0)
+        c.close()
+        yield "closed", lambda: h.closed(c)
+        h.facts.update(settled=settled, sessions_after_modified=ended)
+        snap(run, "after_close", "queues")  # what the queue kept
+
+    counts, facts = proton_run(steps)
+    run.client.update(counts)
+    errors = facts["remote_errors"]
+    again = [x for x in facts["settled"] if not x["first_acquirer"]]
+    first = {x["message_id"]: x["outcome"] for x in facts["settled"] if x["first_acquirer"]}
+    back = "; ".join(f"{x['message_id']}, settled {first.get(x['message_id'])} on session 1, came back on session 2 "
+                     "with first-acquirer false" for x in again) + ": once, not a loop" if again else "no message came back"
+    run.facts.update(facts, expected_findings=[
+        f"dispositions modified: {counts['modified']} deliveries from the broker settled by the client with the "
+        "modified outcome (one delivery-failed, one undeliverable-here), and 1 settled rejected, on connection "
+        f"fixture-{run.name}-client (dispositions, role receiver, settled=true): info, as the rule says",
+        f"sessions ended by the broker with an error: {len(errors)} (" + "; ".join(
+            f"{e['condition']}: {e['description'].splitlines()[0]}" for e in errors) + "), each right after a "
+        "modified disposition: RabbitMQ 3.10's plugin does not implement modified",
+        "nothing else: the 3 sends accepted, the connection closed without error (" + back + ")"])
+
+    def after_capture() -> None:
+        run.node.ctl("delete_queue", run.name)
+
+    return after_capture
+
+
+# -- 11. a sender without link credit -------------------------------------------------
+
+PEER_HOST = "127.0.0.2"  # the proton peer that withholds credit; the fixture broker listens on 127.0.0.1 only
+CREDIT_GRANTS, CREDIT_HOLD_S = (2, 2, 2), 1.5
+ALARM_SENDS = (4, 3)  # transfers to RabbitMQ before the memory alarm, while it is set
+ALARM_SPACING_S = 0.3  # between the transfers sent while the alarm is set (the first 0.3 s after it is set)
+
+
+@fault
+def amqp10_credit_starved(run: Run):
+    """Two AMQP 1.0 sender links from python-qpid-proton, one after the other.
+    First to RabbitMQ: it grants link credit 65536 at attach; 4 transfers are
+    accepted, then the memory alarm is set (rabbitmqctl
+    set_vm_memory_high_watermark 0.0000001) and 3 more are sent, 0.3 s apart;
+    1.5 s after the last the alarm is cleared. RabbitMQ 3.10 never withholds
+    link credit (its incoming links get a constant 65536, topped up every
+    32768 transfers); here it did not even hold back the transfers sent
+    during the alarm. Then to a Qpid
+    Proton peer (the script's own listener on 127.0.0.2:5672, playing the
+    receiving side): it grants credit 2 three times and withholds credit for
+    1.5 s after each of the first two grants is used up; the sender sends
+    whenever it has credit (6 transfers, all accepted), then detaches at once."""
+    from proton import Message
+
+    peer_url = f"amqp://{PEER_HOST}:{AMQP_PORT}"
+    log_start = run.node.log_path.stat().st_size
+    rabbit: dict = {}
+    peer: dict = {"grants": [], "zero_credit": [], "credit_back": []}
+
+    def steps(h):
+        # -- RabbitMQ: the memory alarm
+        c, ssn, snd = yield from rabbit_sender(h, run, "rabbitmq", f"{run.name}-rabbitmq")
+        rabbit["credit_at_attach"] = snd.credit
+        before, during = ALARM_SENDS
+        for i in range(before):
+            h.send(snd, Message(id=f"rabbit-{i}", body=body(64, i), durable=False))
+        yield f"{before} accepted", lambda: h.counts["accepted_by_peer"] == before
+        run.node.ctl("set_vm_memory_high_watermark", "0.0000001")
+        rabbit["alarm_set_ts"] = now()
+        tags = []
+        for i in range(before, before + during):
+            yield h.pause(ALARM_SPACING_S)
+            h.send(snd, Message(id=f"rabbit-{i}", body=body(64, i), durable=False))
+            tags.append(list(h.sent)[-1])
+        yield h.pause(CREDIT_HOLD_S)
+        rabbit["credit_during_alarm"] = snd.credit
+        rabbit["accepted_during_alarm"] = sum(t in h.accepted for t in tags)
+        run.node.ctl("set_vm_memory_high_watermark", "0.4")
+        rabbit["alarm_cleared_ts"] = now()
+        yield "all accepted", lambda: h.counts["accepted_by_peer"] == before + during
+        rabbit["send_to_accept_s"] = [round(h.accepted[t] - h.sent[t], 3) for t in h.sent]
+        snd.close()
+        yield "detached", lambda: h.closed(snd)
+        ssn.close()
+        c.close()
+        yield "closed", lambda: h.closed(c)
+
+        # -- the proton peer: credit withheld
+        h.container.listen(f"{PEER_HOST}:{AMQP_PORT}")
+        peer_links: list = []
+        h.on_peer = peer_links.append
+        c2 = h.container.connect(peer_url, handler=h, reconnect=False, allowed_mechs="ANONYMOUS",
+                                 container_id=f"fixture-{run.name}-sender")
+        s2 = c2.session()
+        s2.open()
+        total, left = sum(CREDIT_GRANTS), [sum(CREDIT_GRANTS)]
+
+        def sendable(lnk) -> None:
+            if lnk.name != f"{run.name}-sender" or not left[0]:
+                return
+            if peer["zero_credit"] and len(peer["credit_back"]) < len(peer["zero_credit"]):
+                peer["credit_back"].append(now())
+            while lnk.credit > 0 and left[0]:
+                h.send(lnk, Message(id=f"peer-{total - left[0]}", body=body(64, left[0]), durable=False))
+                left[0] -= 1
+            if lnk.credit == 0:
+                peer["zero_credit"].append(now())
+
+        h.on_sendable_link = sendable
+        peer["attach_ts"] = now()
+        snd2 = h.link(s2, "sender", f"{run.name}-sender", "/queue/starved")
+        yield "the peer's receiver", lambda: peer_links and h.active(snd2)
+        got = h.received[peer_links[0].name]
+        for n, grant in enumerate(CREDIT_GRANTS):
+            if n:
+                yield h.pause(CREDIT_HOLD_S)  # the sender has used its credit: none comes for a while
+            peer["grants"].append(now())
+            peer_links[0].flow(grant)
+            want = sum(CREDIT_GRANTS[: n + 1])
+            yield f"{want} at the peer", lambda want=want: len(got) >= want
+            for d, _m in got[want - grant:]:
+                h.accept(d)
+        yield "all accepted by the peer", lambda: h.counts["accepted_by_peer"] == ALARM_SENDS[0] + ALARM_SENDS[1] + total
+        snd2.close()
+        peer["detach_ts"] = now()
+        yield "sender detached", lambda: h.closed(snd2)
+        s2.close()
+        c2.close()
+        yield "peer connection closed", lambda: h.closed(c2)
+
+    counts, facts = proton_run(steps)
+    run.client.update(counts)
+    starved = sum(b - z for z, b in zip(peer["zero_credit"], peer["credit_back"]))
+    tail = peer["detach_ts"] - peer["zero_credit"][-1] if len(peer["zero_credit"]) > len(peer["credit_back"]) else 0
+    life = peer["detach_ts"] - peer["attach_ts"]
+    waited = [s for s in rabbit["send_to_accept_s"][ALARM_SENDS[0]:]]
+    run.facts.update(facts, rabbitmq=rabbit, peer=peer, peer_starved_s=round(starved + tail, 3),
+                     peer_link_life_s=round(life, 3), expected_findings=[
+        f"credit starved: the sender link {run.name}-sender on connection fixture-{run.name}-sender (to the proton "
+        f"peer on {PEER_HOST}:{AMQP_PORT}) had no link credit for about {pct(starved + tail, life)}% of its life "
+        f"({starved + tail:.1f} s of {life:.1f} s from attach to detach, as the client measured: the peer withheld "
+        f"credit {CREDIT_HOLD_S} s after each of its first two grants was used up)",
+        f"no credit starvation on the link to RabbitMQ (fixture-{run.name}-rabbitmq): the broker granted "
+        f"{rabbit['credit_at_attach']} at attach and never less; during the memory alarm "
+        f"({rabbit['alarm_cleared_ts'] - rabbit['alarm_set_ts']:.1f} s by the script's clock; the broker log shows it "
+        "set and cleared) the "
+        f"client still had {rabbit['credit_during_alarm']} credit, and the {ALARM_SENDS[1]} transfers sent then were "
+        f"accepted {min(waited) * 1000:.0f}..{max(waited) * 1000:.0f} ms after they were sent (client-measured; "
+        f"{rabbit['accepted_during_alarm']} of them while the alarm was still set): "
+        + ("the alarm did not hold this 1.0 publisher back at all, so there is nothing to find on it"
+           if max(waited) < 0.5 else "the alarm held them back without touching credit"),
+        "nothing else: every transfer accepted, both connections closed without error"])
+    with open(run.node.log_path, "rb") as log:  # the alarm set and cleared (run_scenario writes the same slice)
+        log.seek(log_start)
+        run.facts["broker_log_alarm_lines"] = [ln for ln in log.read().decode(errors="replace").splitlines()
+                                               if "alarm" in ln]
+
+    def after_capture() -> None:
+        run.node.ctl("delete_queue", run.name)
+
+    return after_capture
+
+
+# -- 12. channel.flow active=false ------------------------------------------------------
+
+
+@fault
+def channel_flow(run: Run):
+    """A pika client on channel 1: queue.declare, a publish, channel.flow
+    active=true (RabbitMQ answers flow-ok active=true), then channel.flow
+    active=false: RabbitMQ 3.10 does not implement it and closes the
+    connection with 540 NOT_IMPLEMENTED "active=false"; pika sends no
+    close-ok, it closes the socket (FIN) and the broker resets it. RabbitMQ
+    never sends channel.flow itself (it blocks publishers with
+    connection.blocked)."""
+    conn = connect(run, "client")
+    ch = conn.channel()
+    q = ch.queue_declare(run.name).method.queue
+    ch.basic_publish("", q, body(64), pika.BasicProperties(message_id=f"{run.name}-0"))
+    run.count("published")
+    run.facts["flow_on_answer"] = ch.flow(True)
+    run.count("flow_requests")
+    t_off = time.time()
+    try:
+        ch.flow(False)
+        run.count("flow_requests")
+    except pika.exceptions.ConnectionClosedByBroker as e:
+        run.count("flow_requests")
+        run.facts.update(connection_close=[e.reply_code, e.reply_text], close_after_s=round(time.time() - t_off, 3))
+    code, text = run.facts.get("connection_close", [None, ""])
+    run.facts["expected_findings"] = [
+        f"connection error: the broker closed connection fixture-{run.name}-client with {code} "
+        f"{text.split(' - ')[0]} (\"{text}\") {run.facts.get('close_after_s', 0) * 1000:.0f} ms after the client "
+        "sent channel.flow active=false on channel 1 (client-measured)",
+        "no channel.flow off: the broker refused to stop (it never answered flow-ok active=false), so no time "
+        "with flow off; channel.flow active=true was answered flow-ok active=true",
+        "nothing else: the publish went through; pika answered the broker's close with a FIN, no close-ok (the "
+        "broker reset the socket): the end of that error close, not an abrupt end of its own"]
+
+    def after_capture() -> None:
+        run.node.ctl("delete_queue", run.name)
+
+    return after_capture
+
+
 # -- README sections -----------------------------------------------------------
 
 METHOD_NAMES = {f"{m.INDEX >> 16}.{m.INDEX & 0xFFFF}": re.sub(r"(?<=[a-z])([A-Z])", r"-\1", m.NAME).lower()
                 for m in pika.spec.methods.values()}  # Basic.GetOk -> basic.get-ok
+METHOD_NAMES |= {str(code): name for code, name in enumerate(  # AMQP 1.0 performatives, as tshark_methods counts them
+    ("open", "begin", "attach", "flow", "transfer", "disposition", "detach", "end", "close"), start=16)}
 
 
 def heading(name: str) -> str:
@@ -720,6 +1084,11 @@ def readme_section(name: str, oracle: dict, versions: dict) -> str:
     methods = ", ".join(f"{counts[k]} {METHOD_NAMES.get(k, k)}" for k in sorted(counts, key=lambda k: tuple(map(int, k.split(".")))))
     beats = heartbeat_frames(pcap)
     doc = " ".join((FAULTS[name].__doc__ or "").split())
+    if name in PROTON_FAULTS:
+        import proton
+        library = f"python-qpid-proton {'.'.join(map(str, proton.VERSION))}"
+    else:
+        library = f"pika {pika.__version__}"
     client = ", ".join(f"`{k}` {v}" for k, v in oracle["client"].items())
     log = (BROKER_DIR / f"{name}.rabbitmq.log").read_text(errors="replace")
     findings = "\n".join(f"- {f}" for f in oracle["facts"]["expected_findings"])
@@ -735,7 +1104,7 @@ Regenerate this one alone (as root; only this section of the README is rewritten
 
     .venv/bin/python tools/make_fixtures.py --only {name} --no-demo
 
-Made with RabbitMQ {versions['rabbitmq']} (Erlang/OTP {versions['otp']}) and pika {pika.__version__}, in
+Made with RabbitMQ {versions['rabbitmq']} (Erlang/OTP {versions['otp']}) and {library}, in
 {oracle['seconds']} s; {pcap.stat().st_size} bytes, {oracle['capture'].get('packets_captured')} packets.
 
 {doc}
@@ -760,6 +1129,7 @@ Findings a diagnosing tool should raise (from the script and what the client mea
 """
 
 
+PROTON_FAULTS = ("amqp10_modified", "amqp10_credit_starved")  # AMQP 1.0 from python-qpid-proton
 FAULT_TITLES = {
     "slow_consumer": "a consumer held at its prefetch limit, three slow acks",
     "requeue_loop": "one message nacked with requeue 16 times",
@@ -770,4 +1140,7 @@ FAULT_TITLES = {
     "churn": "30 short connections, 40 short channels",
     "publish_nacked": "publishes nacked by a full reject-publish queue",
     "clean_traffic": "the negative control: nothing wrong",
+    "amqp10_modified": "AMQP 1.0 deliveries settled modified (and one rejected)",
+    "amqp10_credit_starved": "AMQP 1.0 senders: RabbitMQ's alarm keeps credit, a proton peer withholds it",
+    "channel_flow": "channel.flow active=false, refused by RabbitMQ (540)",
 }

@@ -531,6 +531,57 @@ def connection_forced(run: Run) -> None:
 
 # -- AMQP 1.0 (python-qpid-proton, in a subprocess for PN_TRACE_FRM) --------
 
+class StepScript:
+    """The plumbing of a proton handler that runs a script of steps: ``start_steps`` schedules a timer that polls
+    the generator (it yields (what, ready) waits) every 10 ms, a wait longer than TIMEOUT_S raises. A mixin before
+    proton's MessagingHandler (this module imports proton only where a client runs)."""
+
+    label = "proton script"
+    steps = None
+    waiting = None
+    deadline = 0.0
+
+    def start_steps(self, container, steps) -> None:
+        self.container, self.steps = container, steps
+        container.schedule(0.01, self)
+
+    def steps_done(self) -> None:
+        """Called when the script has run to its end."""
+
+    def on_timer_task(self, event) -> None:
+        while self.steps is not None:
+            if self.waiting is not None:
+                what, ready = self.waiting
+                if not ready():
+                    if time.monotonic() > self.deadline:
+                        raise TimeoutError(f"{self.label}: gave up waiting for {what}")
+                    break
+            try:
+                self.waiting = next(self.steps)
+            except StopIteration:
+                self.steps = None
+                self.steps_done()
+                return
+            self.deadline = time.monotonic() + TIMEOUT_S
+        self.container.schedule(0.01, self)
+
+    @staticmethod
+    def pause(seconds: float):
+        until = time.monotonic() + seconds
+        return f"{seconds} s", lambda: time.monotonic() >= until
+
+    @staticmethod
+    def link(ssn, kind: str, name: str, addr: str, snd_settle_mode: int | None = None):
+        """An attached sender or receiver (snd-settle-mode unsettled unless given, rcv-settle-mode first)."""
+        from proton import Link
+        lnk = ssn.sender(name) if kind == "sender" else ssn.receiver(name)
+        (lnk.target if kind == "sender" else lnk.source).address = addr
+        lnk.snd_settle_mode = Link.SND_UNSETTLED if snd_settle_mode is None else snd_settle_mode
+        lnk.rcv_settle_mode = Link.RCV_FIRST
+        lnk.open()
+        return lnk
+
+
 def proton_client(url: str, address: str, n: int) -> dict:
     from proton import Delivery, Message
     from proton.utils import BlockingConnection
@@ -613,54 +664,22 @@ def proton_rich_client(url: str, queue: str) -> dict:
     def err(kind: str, name: str, cond) -> dict:
         return {"on": kind, "name": name, "condition": cond.name, "description": cond.description}
 
-    class Script(MessagingHandler):
+    class Script(StepScript, MessagingHandler):
+        label = "amqp10_rich"
+
         def __init__(self) -> None:
             super().__init__(prefetch=0, auto_accept=False, auto_settle=True)
-            self.steps = None
-            self.waiting = None
-            self.deadline = 0.0
             self.received: dict = collections.defaultdict(list)  # link name -> [(delivery, message)]
             self.detached: set = set()  # links the broker detached, closed or not
 
         # -- plumbing: the step generator, polled by a timer
 
         def on_start(self, event) -> None:
-            self.container = event.container
             self.conn = event.container.connect(
                 url, handler=self, reconnect=False, max_frame_size=RICH_FRAME_MAX,
                 user="guest", password="guest", allowed_mechs="PLAIN",
                 allow_insecure_mechs=True, container_id="fixture-amqp10_rich")
-            self.steps = self.script()
-            self.container.schedule(0.01, self)
-
-        def on_timer_task(self, event) -> None:
-            while self.steps is not None:
-                if self.waiting is not None:
-                    what, ready = self.waiting
-                    if not ready():
-                        if time.monotonic() > self.deadline:
-                            raise TimeoutError(f"amqp10_rich: gave up waiting for {what}")
-                        break
-                try:
-                    self.waiting = next(self.steps)
-                except StopIteration:
-                    self.steps = None
-                    return
-                self.deadline = time.monotonic() + TIMEOUT_S
-            self.container.schedule(0.01, self)
-
-        @staticmethod
-        def pause(seconds: float):
-            until = time.monotonic() + seconds
-            return f"{seconds} s", lambda: time.monotonic() >= until
-
-        def link(self, ssn, kind: str, name: str, addr: str, snd_settle_mode: int):
-            lnk = ssn.sender(name) if kind == "sender" else ssn.receiver(name)
-            (lnk.target if kind == "sender" else lnk.source).address = addr
-            lnk.snd_settle_mode = snd_settle_mode
-            lnk.rcv_settle_mode = Link.RCV_FIRST
-            lnk.open()
-            return lnk
+            self.start_steps(event.container, self.script())
 
         def gone(self, lnk) -> bool:
             return bool(lnk.state & remote_closed) or lnk.name in self.detached

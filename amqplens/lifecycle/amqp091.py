@@ -34,7 +34,11 @@ requeued_on_close; when the capture ends first: open_at_capture_end.
 
 Flow events: ``qos`` at basic.qos; ``deliver`` / ``settle`` / ``close`` when
 the in-flight (delivered, unsettled, manual-ack) count of a channel or
-consumer changes; ``flow`` at channel.flow; ``blocked`` / ``unblocked`` at
+consumer changes; ``flow`` at channel.flow-ok (the state the peer confirms it
+processed, spec: "1 means the peer will start sending or continue to send
+content frames; 0 means it will not"; a channel.flow the peer refuses, as
+RabbitMQ answers active=false with connection.close 540, changes nothing);
+``blocked`` / ``unblocked`` at
 connection.blocked / unblocked. A channel row's prefetch is the last
 basic.qos prefetch-count of the channel, whatever its global flag; a consumer
 row's prefetch is the global=false prefetch in force when the consumer started
@@ -470,7 +474,7 @@ HANDLERS = {
     ("tx", "select"): C._tx_select,
     ("tx", "commit-ok"): lambda self, f, ch, fid, ts: self._tx_end(ch, fid, ts, "tx_commit"),
     ("tx", "rollback-ok"): lambda self, f, ch, fid, ts: self._tx_end(ch, fid, ts, "tx_rollback"),
-    ("channel", "flow"): C._channel_flow,
+    ("channel", "flow-ok"): C._channel_flow,
     ("connection", "close"): C._connection_close,
     ("connection", "close-ok"): C._connection_close_ok,
     ("connection", "blocked"): lambda self, f, ch, fid, ts: self._blocked(f, ch, fid, ts, True),

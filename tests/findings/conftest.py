@@ -12,12 +12,14 @@ from amqplens.jobs import findings, ingest_captures, ingest_logs, lifecycle, met
 from amqplens.lake.store import TableStore
 from tests.conftest import DATA
 from tests.e2e.hostile_captures import records, with_records
+from tests.findings.spec_capture import channel_flow_pcap
 
 BROKER = DATA / "broker"
 # the scenarios: a condition caused on purpose (tests/data/broker/README.md), or clean traffic
 SCENARIOS = ("connection_blocked", "channel_error", "connection_forced", "mandatory_return", "nack_reject", "amqp10_rich",
              "heartbeat", "publish_confirms", "consume_prefetch_ack", "slow_consumer", "requeue_loop", "publish_nacked",
-             "refused_login", "heartbeat_timeout", "unsettled_at_end", "consumer_cancelled", "churn", "clean_traffic")
+             "refused_login", "heartbeat_timeout", "unsettled_at_end", "consumer_cancelled", "churn", "clean_traffic",
+             "amqp10_modified", "amqp10_credit_starved", "channel_flow")
 LOGS = ("rabbitmq.log", "heartbeat_timeout.rabbitmq.log")  # the memory alarm; the missed heartbeats
 GAP_SOURCE = "mandatory_return"
 
@@ -42,11 +44,15 @@ def cut_copy(src, dst):
 @pytest.fixture(scope="session")
 def findings_lake(spark, conf, tmp_path_factory):
     """(conf, store, {scenario: capture_id}, bytes cut from the gap copy); the gap copy is scenario ``gap``, the
-    undecrypted TLS capture ``tls12``."""
+    undecrypted TLS capture ``tls12``, the capture built from the 0-9-1 spec (tests/findings/spec_capture.py)
+    ``channel_flow_spec``."""
     lake = tmp_path_factory.mktemp("findings_lake")
     c = conf.with_overrides(lake__root=str(lake))
     gap, cut = cut_copy(BROKER / f"{GAP_SOURCE}.pcap", lake.parent / "gap.pcap")
-    paths = {**{s: BROKER / f"{s}.pcap" for s in SCENARIOS}, "tls12": DATA / "tls" / "tls12.pcap", "gap": gap}
+    spec = lake.parent / "channel_flow_spec.pcap"
+    spec.write_bytes(channel_flow_pcap())
+    paths = {**{s: BROKER / f"{s}.pcap" for s in SCENARIOS}, "tls12": DATA / "tls" / "tls12.pcap", "gap": gap,
+             "channel_flow_spec": spec}
     ingest_captures.run(spark, c, [str(p) for p in paths.values()], run_id="f")
     ingest_logs.run(spark, c, [str(BROKER / name) for name in LOGS], run_id="f")
     lifecycle.run(spark, c, run_id="f")

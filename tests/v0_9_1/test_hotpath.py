@@ -136,6 +136,25 @@ def test_fuzz_mutations_decode_alike():
         _assert_alike(ft.StreamInput.decode(data))
 
 
+def test_body_sizes_past_int64_decode_alike():
+    """A content header whose body-size is 2^63 or more (the 64-bit field read as signed is negative; the fuzz campaign's
+    mutator found 0xFFFF0100_00000020 once the channel_flow fixture joined the seeds), then a body frame: both paths
+    decode the body as the message's first bytes, the message never completes, nothing is an error."""
+    def frame(kind: int, channel: int, payload: bytes) -> bytes:
+        return bytes([kind]) + channel.to_bytes(2, "big") + len(payload).to_bytes(4, "big") + payload + b"\xce"
+
+    publish = frame(1, 1, b"\x00\x3c\x00\x28" + b"\x00\x00" + b"\x00" + b"\x01q" + b"\x00")  # basic.publish '' 'q'
+    for size in (2**63, 0xFFFF010000000020, 2**64 - 1):
+        header = frame(2, 1, b"\x00\x3c\x00\x00" + size.to_bytes(8, "big") + b"\x00\x00")
+        stream = b"AMQP\x00\x00\x09\x01" + publish + header + frame(3, 1, bytes(range(32)))
+        inp = ft.StreamInput(stream, b"", 0)
+        _assert_alike(inp)
+        frames = _decode(True, inp)[0]
+        assert [(f["frame_type"], f["message_seq"], f["decode_error"]) for f in frames[1:]] == [
+            ("method", 0, None), ("header", 0, None), ("body", 0, None)], size
+        assert frames[2]["body_size"] == size
+
+
 def test_corrupt_and_truncated_frame_headers_decode_alike():
     """A stream's first frames each with a flipped bit in two header octets and in its frame-end (the stream kept
     up to 1 KiB past that frame, the other direction's first 4 KiB beside it), and the stream cut inside each header."""

@@ -16,6 +16,7 @@ from numba import njit
 
 # st[channel, :] columns
 C_OPEN, C_SEQ, C_CLASS, C_BODY, C_RECV, C_NEXT = range(6)
+MAX_BODY = np.int64(2**63 - 1)  # the body-size that stands in for any of 2^63 or more (on_header)
 N_ST = 6
 # cnt[:]
 N_COMPLETED, N_ABANDONED, N_OPEN = 0, 1, 2
@@ -164,7 +165,9 @@ def on_header(st, hs, tail, cnt, ch, class_id, body_size, out, digest, row):
         _start(st, hs, cnt, ch, class_id)  # mid-stream start: the method was not seen
     elif st[ch, C_CLASS] != class_id:
         err, ea, eb = E_CLASS_MISMATCH, class_id, st[ch, C_CLASS]
-    st[ch, C_BODY] = body_size
+    # a body-size of 2^63 or more reads as a negative int64 (the hot kernel's): no stream carries that much, so the
+    # largest int64 stands in and the message never completes, as in the reference (content.py, Python ints)
+    st[ch, C_BODY] = body_size if body_size >= 0 else MAX_BODY
     out[row, O_SEQ] = st[ch, C_SEQ]
     out[row, O_ERR], out[row, O_ERR_A], out[row, O_ERR_B], out[row, O_PREFIX] = err, ea, eb, 0
     out[row, O_DONE] = _maybe_complete(st, hs, tail, cnt, ch, digest, row)

@@ -97,7 +97,8 @@ class ArrayContent:
 
     def on_header(self, channel: int, class_id: int, body_size: int) -> tuple[int, tuple | None, str | None]:
         self.fit(channel)
-        ck.on_header(self.st, self.hs, self.tail, self.cnt, channel, class_id, body_size, self._out, self._digest, 0)
+        size = min(body_size, int(ck.MAX_BODY))  # a Python int of 2^63 or more would not fit the kernel's int64
+        ck.on_header(self.st, self.hs, self.tail, self.cnt, channel, class_id, size, self._out, self._digest, 0)
         seq, done, error = self._result()
         return seq, done, error  # type: ignore[return-value]  # a header always has its message
 
