@@ -590,15 +590,18 @@ def main(argv: list[str] | None = None) -> int:
         _await_imports()  # a run that stopped early leaves no thread importing behind it
 
 
-def console() -> None:
-    """The ``amqplens`` command: ``main`` as a program, which ends with ``os._exit`` once its output is flushed.
+def console(argv: list[str] | None = None) -> None:
+    """The ``amqplens`` command (and every ``spark-submit jobs/*.py`` entry): ``main`` as a program, which ends with
+    ``os._exit`` once its output is flushed.
 
     Everything the run does is written and committed by then; what the exit skips is the interpreter's teardown and
     the C++ static destructors after it. Those aborted the process now and then ("terminate called without an active
     exception", exit 134) when Arrow's thread pool had run in a process that also drove a Spark session: a run that
     had committed every table still failed (seen in the crash-restart test on a fresh clone; 3 of 8 runs of a
     session plus one threaded Arrow scan, 0 of 8 with this exit). The skipped full collection of the run's objects
-    also made the exit slow (1.1 s -> 0.45 s from the last line to the prompt on a small capture's run).
+    also made the exit slow (1.1 s -> 0.45 s from the last line to the prompt on a small capture's run). The
+    spark-submit entries exited through ``sys.exit`` until the same abort failed a DAG task (ingest-logs, exit 134,
+    after "1 log(s) written"): they end here too.
     """
     import signal
     import traceback
@@ -610,7 +613,7 @@ def console() -> None:
     _stderr_fd = os.dup(2)  # while the JVM starts, fd 2 is its log file (quiet_jvm): the Ctrl-C line goes here
     signal.signal(signal.SIGINT, _interrupted)
     try:
-        code = main()
+        code = main(argv)
     except SystemExit as exc:  # argparse: --help, usage errors (the message is printed already)
         code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
         if exc.code is not None and not isinstance(exc.code, int):
@@ -644,9 +647,10 @@ def _interrupted(signum, frame) -> None:
 _stderr_fd = 2  # the terminal's stderr, kept by console()
 
 
-def job_main(job: str, argv: list[str] | None = None) -> int:
-    """Entry point of ``spark-submit jobs/<job>.py``: the same arguments as ``amqplens <job>``."""
-    return main([stages.stage(job).name, *(sys.argv[1:] if argv is None else argv)])
+def job_main(job: str, argv: list[str] | None = None) -> None:
+    """Entry point of ``spark-submit jobs/<job>.py``: the same arguments as ``amqplens <job>``, and the same exit
+    (``console``: flushed output, then ``os._exit`` with the run's code)."""
+    console([stages.stage(job).name, *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -1,9 +1,7 @@
 """spark-submit entry of the ``ingest-logs`` stage: ``spark-submit --py-files amqplens-py-files.zip jobs/ingest_logs.py ARGS``
 takes the arguments and layered config of ``amqplens ingest-logs`` (the stage: amqplens/stages.py)."""
 
-import sys
-
 from amqplens.cli import job_main
 
 if __name__ == "__main__":
-    sys.exit(job_main("ingest-logs"))
+    job_main("ingest-logs")

@@ -1,9 +1,7 @@
 """spark-submit entry of the ``metrics`` stage: ``spark-submit --py-files amqplens-py-files.zip jobs/metrics.py ARGS``
 takes the arguments and layered config of ``amqplens metrics`` (the stage: amqplens/stages.py)."""
 
-import sys
-
 from amqplens.cli import job_main
 
 if __name__ == "__main__":
-    sys.exit(job_main("metrics"))
+    job_main("metrics")
