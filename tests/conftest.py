@@ -70,8 +70,8 @@ def _group(item) -> str:
 # spark-submit as subprocesses, Airflow's tasks, a standalone cluster, a wheel in a new venv, kills at random moments.
 # The code paths they drive are tested in-process in the first tier; these check the processes around them.
 SLOW = {
-    "tests/ops/test_dag.py::test_dag_test_runs_every_job_on_the_days_folder": "Airflow runs every job as a spark-submit",
-    "tests/ops/test_dag.py::test_a_day_with_one_bad_capture_runs_every_stage_and_fails_last": "the same, a bad capture",
+    "tests/ops/test_dag.py::test_dag_test_runs_every_job_on_the_days_folder_and_fails_last_for_a_bad_capture":
+        "Airflow runs every job as a spark-submit",
     "tests/lake/test_damage.py": "the CLI as a user runs it on damaged lakes (about 13 JVMs, kills, two runs at once)",
     "tests/e2e/test_fuzz_jobs.py": "three `amqplens run` subprocesses over mutants (make fuzz runs the campaign)",
     "tests/ops/test_wheel.py": "the wheel installed into a new venv, then its demo",

@@ -3,6 +3,8 @@
 ``graph DAG_FILE``: what DagBag makes of the file (import errors, tasks, edges,
 the rendered spark-submit arguments of every task for one date).
 ``test DAG_FILE DATE``: ``dag.test()`` for that logical date; the state of every task.
+``last DAG_FILE PUSHED_JSON``: the last task's callable with the XComs the ingest tasks pushed ({task_id: lines});
+what it raised, if anything.
 AIRFLOW_HOME and the amqplens settings come from the environment the test sets.
 """
 
@@ -53,7 +55,22 @@ def test(dag_file: str, date: str) -> dict:
     return {"state": str(run.state), "tasks": {ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
 
 
+def last(dag_file: str, pushed_json: str) -> dict:
+    _, dag = load(dag_file)
+    pushed = json.loads(pushed_json)
+
+    class Pulled:  # the one thing the callable asks of its task instance: the ingest tasks' XComs
+        def xcom_pull(self, task_ids, key):
+            return pushed.get(task_ids) if key == "failed_captures" else None
+
+    try:
+        dag.get_task("captures_failed").python_callable(ti=Pulled())
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        return {"raised": type(exc).__name__, "message": str(exc)}
+    return {"raised": None}
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    result = {"graph": graph, "test": test}[command](*args)
+    result = {"graph": graph, "test": test, "last": last}[command](*args)
     print("AIRFLOW_CHECK " + json.dumps(result, default=str))

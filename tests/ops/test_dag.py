@@ -105,55 +105,50 @@ def _dag_test_day(tmp_path, built_dist) -> tuple[dict, object, object]:
     return _airflow("test", tmp_path, env, DAY, timeout=1800), lake, reports
 
 
+def test_the_last_task_passes_a_clean_day_and_fails_one_with_failed_captures(tmp_path):
+    """The day's last task on its own (the DAG run below takes the failing path end to end): no ingest task pushed
+    failed captures, it passes; one did, it fails with their lines."""
+    env = dict(os.environ, AMQPLENS_LAKE=str(tmp_path / "lake"))
+    assert _airflow("last", tmp_path, env, json.dumps({}))["raised"] is None
+    lines = ["amqplens: completed, 1 capture(s) failed:", "0123456789ab  /in/x.pcap: not a capture"]
+    got = _airflow("last", tmp_path, env, json.dumps({"ingest_captures": lines}))
+    assert got["raised"] == "AirflowFailException"
+    assert got["message"].endswith("\n".join(lines)) and "captures failed" in got["message"]
+
+
 @pytest.mark.e2e
 @pytest.mark.tshark
-def test_dag_test_runs_every_job_on_the_days_folder(tmp_path, built_dist):
+def test_dag_test_runs_every_job_on_the_days_folder_and_fails_last_for_a_bad_capture(tmp_path, built_dist):
+    """One ``dag.test()`` of a day (it used to be two: a clean day and one with a bad capture; each is seven
+    spark-submits). Bad input tried: a text file among the day's captures. Its ingest exits 3 (amqplens/cli.py); the
+    later stages run for the good capture and the log, the report is written, and only then the last task fails,
+    naming the bad file. Another day's folder is not read."""
     day = tmp_path / "input" / DAY
     (day / "captures").mkdir(parents=True)
     (day / "logs").mkdir()
     shutil.copy(CAPTURE, day / "captures")
-    shutil.copy(LOG, day / "logs")
+    (day / "captures" / "not_a_capture.pcap").write_text("this is a text file, not a capture\n" * 8)
+    shutil.copy(LOG, day / "logs")  # a day folder with no log at all is a usage error of ingest-logs (exit 2)
     other_day = tmp_path / "input" / "2026-11-20" / "captures"  # must not be read by the run of DAY
     other_day.mkdir(parents=True)
     shutil.copy(DATA / "broker" / "tx.pcap", other_day)
     got, lake, reports = _dag_test_day(tmp_path, built_dist)
-    assert got["tasks"] == {**{j.replace("-", "_"): "success" for j in INTENDED}, LAST_TASK: "success"}, got["log"]
-    assert got["state"] == "success"
+    assert got["tasks"] == {**{j.replace("-", "_"): "success" for j in INTENDED}, LAST_TASK: "failed"}, got["log"]
+    assert got["state"] == "failed"
+    failure = got["log"].split("captures failed (the other captures", 1)
+    assert len(failure) == 2 and "not_a_capture.pcap" in failure[1]
 
     captures = DeltaTable(str(lake / "captures")).to_pyarrow_table().to_pylist()
-    assert sorted(c["path"].rsplit("/", 1)[1] for c in captures) == sorted([CAPTURE.name, LOG.name])  # not tx.pcap
+    status = {c["path"].rsplit("/", 1)[1]: c["status"] for c in captures}
+    assert set(status) == {CAPTURE.name, LOG.name, "not_a_capture.pcap"}  # not tx.pcap
+    assert (status[CAPTURE.name], status["not_a_capture.pcap"]) == ("ok", "failed")
     assert {c["run_id"] for c in captures} == {f"airflow-{DAY}"}
     conns = DeltaTable(str(lake / "connections")).to_pyarrow_table().to_pylist()
     expected = [c for c in tshark_conversations(CAPTURE) if 5672 in (c["port_a"], c["port_b"])]
+    # the good capture went through every stage
     assert len([c for c in conns if c["source"] == "capture"]) == len(expected) > 0
     for table in ("frames", "broker_events", "deliveries", "flow_events", "request_responses",
                   "metrics_latency", "metrics_settlement", "metrics_flow", "metrics_errors", "findings"):
         assert DeltaTable(str(lake / table)).to_pyarrow_table().num_rows > 0, table
-    assert (reports / DAY / "index.html").exists()
-    assert json.loads((lake / "_quality" / "runs" / f"airflow-{DAY}.json").read_text())["run_id"] == f"airflow-{DAY}"
-
-
-@pytest.mark.e2e
-@pytest.mark.tshark
-def test_a_day_with_one_bad_capture_runs_every_stage_and_fails_last(tmp_path, built_dist):
-    """Bad input tried: a text file among the day's captures. Its ingest exits 3 (amqplens/cli.py); the later stages
-    run for the good capture, the report is written, and only then the last task fails, naming the bad file."""
-    day = tmp_path / "input" / DAY
-    (day / "captures").mkdir(parents=True)
-    (day / "logs").mkdir()
-    good = DATA / "broker" / "tx.pcap"
-    shutil.copy(good, day / "captures")
-    (day / "captures" / "not_a_capture.pcap").write_text("this is a text file, not a capture\n" * 8)
-    shutil.copy(LOG, day / "logs")  # a day folder with no log at all is a usage error of ingest-logs (exit 2)
-    got, lake, reports = _dag_test_day(tmp_path, built_dist)
-    assert got["tasks"] == {**{j.replace("-", "_"): "success" for j in INTENDED}, LAST_TASK: "failed"}, got["log"]
-    assert got["state"] == "failed"
     assert (reports / DAY / "index.html").exists()  # written before the day failed
-    captures = {c["path"].rsplit("/", 1)[1]: c["status"] for c in DeltaTable(str(lake / "captures")).to_pyarrow_table().to_pylist()}
-    assert (captures["tx.pcap"], captures["not_a_capture.pcap"]) == ("ok", "failed")
-    conns = DeltaTable(str(lake / "connections")).to_pyarrow_table().to_pylist()
-    expected = [c for c in tshark_conversations(good) if 5672 in (c["port_a"], c["port_b"])]
-    assert len([c for c in conns if c["source"] == "capture"]) == len(expected) > 0  # the good capture went through every stage
-    assert DeltaTable(str(lake / "metrics_latency")).to_pyarrow_table().num_rows > 0
-    failure = got["log"].split("captures failed (the other captures", 1)
-    assert len(failure) == 2 and "not_a_capture.pcap" in failure[1]
+    assert json.loads((lake / "_quality" / "runs" / f"airflow-{DAY}.json").read_text())["run_id"] == f"airflow-{DAY}"
