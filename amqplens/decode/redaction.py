@@ -34,7 +34,8 @@ class HeaderRedactor:
         self.names = frozenset(n.lower() for n in names)
         self._needles = tuple(json.dumps(n, ensure_ascii=False) for n in self.names)  # "name", as it appears quoted
         # one search for any of the needles (the same answer as ``any(n in low for n in needles)``, in one C call)
-        self._search = re.compile("|".join(re.escape(n) for n in sorted(self._needles))).search if self.names else None
+        self._pattern = "|".join(re.escape(n) for n in sorted(self._needles))
+        self._search = re.compile(self._pattern).search if self.names else None
         self._raw_needles = tuple(n.encode("utf-8", "replace") for n in self.names)
 
     def mentions(self, raw: bytes) -> bool:
@@ -46,16 +47,16 @@ class HeaderRedactor:
 
     def candidates(self, column):
         """Which values of an Arrow string ``column`` of ASCII text (the compiled path's JSON) ``text`` may change: a
-        numpy bool per value, from one substring scan per name in C; the others ``text`` returns as they are."""
+        numpy bool per value, from one scan in C for all the names at once (the search ``text`` makes, over the
+        lowered column); the others ``text`` returns as they are. Called per connection and batch: one scan per name
+        was 14 Arrow calls each time, 1.4 of the 9.3 CPU s of a slice of 10,000 short connections."""
         import numpy as np
         import pyarrow.compute as pc
 
-        hit = np.zeros(len(column), np.bool_)
-        if self.names and column.null_count < len(column):
-            low = pc.utf8_lower(column)
-            for needle in self._needles:
-                hit |= pc.fill_null(pc.match_substring(low, needle), False).to_numpy(zero_copy_only=False)
-        return hit
+        if not self.names or column.null_count == len(column):
+            return np.zeros(len(column), np.bool_)
+        found = pc.match_substring_regex(pc.utf8_lower(column), self._pattern)
+        return pc.fill_null(found, False).to_numpy(zero_copy_only=False)
 
     def text(self, text: str | None) -> str | None:
         """The JSON ``text`` with the value of every matching member replaced (the same object when none matches)."""
