@@ -331,12 +331,12 @@ class MetricsSettings(_Section):
         "one, `metrics_errors` last, and nothing is committed if one fails. On a small capture each query is mostly "
         "planning and scheduling, which overlap; `1` runs them one by one")
     count_repeats_from_rows: Annotated[int, *Int(0)] = setting(
-        200_000, "from this many frames + deliveries in the captures to do, repeats are counted before they are spread: "
-        "latency values alike in bucket, entity and value become one row with a count before they go to each entity and "
-        "bucket, and frames are counted per slot no wider than the heartbeat interval before the heartbeat window; below "
-        "it each is a row of its own, a shuffle fewer, which small captures pay more for than they save. The same rows "
-        "either way (a test compares them on every fixture). Measured: the 100 MB load capture's metrics 33.1/33.5 s "
-        "counted against 37.0/38.8 s not; a 1 MB capture's within noise either way (about 6,400 rows)")
+        200_000, "from this many frames + deliveries in the captures to do, frames are counted per slot no wider than "
+        "the heartbeat interval before metrics_flow's heartbeat window; below it each is a row of its own, a shuffle "
+        "fewer, which small captures pay more for than they save. The same rows either way (a test compares them on "
+        "every fixture). Measured: the 100 MB load capture's metrics 33.1/33.5 s counted against 37.0/38.8 s not "
+        "(latency values were counted too then; metrics_latency's route pass needs no counting); a 1 MB capture's "
+        "within noise either way (about 6,400 rows)")
 
 
 class FindingsSettings(_Section):

@@ -382,12 +382,15 @@ def test_end_to_end_pass_matches_the_window_reference_on_every_fixture(metrics_l
     assert any(r.p_ts is not None for r in one) and any(r.p_ts is None for r in one)
 
 
-def test_counted_repeats_give_the_same_rows_on_every_fixture(metrics_lake):
+def test_counted_repeats_and_the_route_pass_give_the_same_rows_on_every_fixture(metrics_lake):
     """``metrics.count_repeats_from_rows``: above it latencies alike are counted before they are spread over entities
     and heartbeats per slot before the window (tests/metrics' lake is below it, so the tables hold the uncounted
-    rows); both ways give every fixture the same metrics_latency and metrics_flow rows."""
+    rows); both ways give every fixture the same metrics_latency and metrics_flow rows. metrics_latency's columnar
+    pass (``latency``: one shuffle by route, groups in numpy) gives every row of its Spark reference
+    (``latency_reference``), whatever the shuffle's partitions."""
     from amqplens.jobs import metrics
     from amqplens.jobs.metrics.flow import flow
+    from amqplens.jobs.metrics.percentiles import latency_reference
 
     conf, store, _ = metrics_lake
     caps = store.read("captures").select("capture_id", "capture_date", "first_ts")
@@ -396,8 +399,14 @@ def test_counted_repeats_give_the_same_rows_on_every_fixture(metrics_lake):
     args = lambda name: {  # noqa: E731
         "latency": (d, store.read("request_responses"), store.read("connections"), control, caps, 60),
         "flow": (store.read("flow_events"), store.read("connections"), store.read("frames"), caps, 60)}[name]
-    for name, fn in (("latency", metrics.latency), ("flow", flow)):
+    for name, fn in (("latency", latency_reference), ("flow", flow)):
         counted = sorted(fn(*args(name), counted=True).collect())
         assert counted == sorted(fn(*args(name), counted=False).collect()) and len(counted) > 100, name
+        if name == "latency":
+            kinds = {r.entity_kind for r in counted}
+            assert {"capture", "connection", "channel", "consumer", "link", "queue", "address", "exchange"} <= kinds, kinds
+            assert any(r.missing for r in counted) and any(r["count"] == 0 for r in counted)
+            for parts in (None, 1, 5):
+                assert sorted(metrics.latency(*args(name), partitions=parts).collect()) == counted, parts
     missed = [r for r in store.read("metrics_flow").where("metric = 'missed_heartbeats' and value > 0").collect()]
     assert missed  # the heartbeat fixture's broker once waited 2 s: the slots' gaps are exercised

@@ -2,7 +2,7 @@
 metrics_flow, metrics_errors.
 
 The job (``run``) is in job.py; each table's pure DataFrame -> DataFrame function in its module: ``latency`` in
-percentiles.py, ``settlement`` in settlement.py, ``flow`` in flow.py, ``errors`` in faults.py; what they read in
+percentiles.py (its groups summarised in grouped.py), ``settlement`` in settlement.py, ``flow`` in flow.py, ``errors`` in faults.py; what they read in
 inputs.py; buckets and entities in frame.py; the end-to-end matching in e2e.py. The definitions of every metric are
 in amqplens/contracts/metrics.py and docs/metrics.md.
 """

@@ -240,22 +240,23 @@ def fifo_pass(batches, payload: list[str]):
         yield from finish(k)
 
 
-def end_to_end(deliveries, partitions: int | None = None):
+def end_to_end(deliveries, partitions: int | None = None, keep: list[str] | None = None):
     """The from_broker deliveries with ``p_ts``: the time of the publish they were matched to (null: unmatched).
 
-    One shuffle of the publishes, the deliveries and their requeues by (capture, key), then ``fifo_pass``.
+    One shuffle of the publishes, the deliveries and their requeues by (capture, key), then ``fifo_pass``. ``keep``:
+    the delivery columns to hand on (default all; every one rides through the pass, so fewer cost less).
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     d = deliveries.withColumn("_key", match_key(F))
-    payload = list(deliveries.columns)
+    payload = ["capture_id", *[c for c in (keep or deliveries.columns) if c != "capture_id"]]
     dels = d.where(F.col("direction") == "from_broker")
-    keyless = dels.where(F.col("_key").isNull()).drop("_key").withColumn("p_ts", F.lit(None).cast("timestamp"))
+    keyless = dels.where(F.col("_key").isNull()).select(*payload, F.lit(None).cast("timestamp").alias("p_ts"))
     dels = dels.where(F.col("_key").isNotNull()).withColumn(
         "_q", F.coalesce("queue", F.concat_ws("/", "connection_id", "channel", "consumer_tag", "link_name")))
     tsk = lambda c: F.coalesce(F.unix_micros(c), F.lit(NULL_US))  # noqa: E731
-    nulls = [F.lit(None).cast(f.dataType).alias(f.name) for f in deliveries.schema.fields if f.name != "capture_id"]
+    nulls = [F.lit(None).cast(deliveries.schema[c].dataType).alias(c) for c in payload if c != "capture_id"]
     ev = lambda df, ts, kind, q, rq, *rest: df.select(  # noqa: E731
         "capture_id", "_key", tsk(ts).alias("_tsk"), F.lit(kind).alias("_ev"), F.col("delivery_id").alias("_id"),
         q.alias("_q"), rq.alias("_rq"), *rest)

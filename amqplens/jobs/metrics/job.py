@@ -61,21 +61,36 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     bucket_s = conf["metrics.bucket"]
     # repeats counted before spreading (latencies, heartbeats) when there are enough rows for it to pay
     counted = store.rows("frames", pending) + store.rows("deliveries", pending) >= conf["metrics.count_repeats_from_rows"]
+    # latency's route shuffle: about a million route rows a task (each measured thing in <= 4 routes)
+    measured = 2 * store.rows("deliveries", pending) + store.rows("request_responses", pending) + 2 * store.rows("connections", pending)
+    latency_parts = max(spark.sparkContext.defaultParallelism * 2, -(-4 * measured // 1_000_000))
     # each table's query is built in its writer's thread (write_many): latency's end-to-end checkpoint and every
     # query's analysis overlap the other queries
     tables = (
         ("metrics_latency", lambda: latency(deliveries, read("request_responses"), connections, control, caps, bucket_s,
-                                            counted=counted)),
+                                            partitions=latency_parts)),
         ("metrics_settlement", lambda: settlement(deliveries, caps, bucket_s)),
         ("metrics_flow", lambda: flow(read("flow_events"), connections, frames, caps, bucket_s, counted=counted)),
         ("metrics_errors", lambda: errors(control, read("decode_errors"), caps, bucket_s,  # last: its transaction marks the capture done
                                           peer_anomalies(read("deliveries"), read("flow_events")))),
     )
+    # Spark 4 measures each Arrow batch's bytes after every row it adds when a byte limit is set (the default 64 MB):
+    # for the narrow rows metrics hands to Python (end-to-end events, latency route rows) that check cost as much as
+    # the rest of the transfer (2.7M route rows at 300 MB: 18 s against 10 s without it). Batches stay bounded by
+    # rows (maxRecordsPerBatch); the limit comes back when the stage ends. Only here: ingest's packet rows carry
+    # payloads, where the byte limit is what bounds a batch.
+    arrow_bytes = "spark.sql.execution.arrow.maxBytesPerBatch"
+    before = spark.conf.get(arrow_bytes, None)
+    spark.conf.set(arrow_bytes, str(2**31 - 1))
     try:
         # the commits go in this order whatever the queries' order: metrics_errors last
         done = store.write_many([(name, _labelled(build, labels)) for name, build in tables], units=pending, run_id=run_id,
                                 parallel=conf["metrics.concurrent_tables"])
     finally:
+        if before is None:
+            spark.conf.unset(arrow_bytes)
+        else:
+            spark.conf.set(arrow_bytes, before)
         for df in (control, deliveries, *labels.values()):
             df.unpersist()
     # its last table marks the captures done: not committed here, another run at the same time committed them first

@@ -1,7 +1,10 @@
-"""metrics_latency: exact percentiles of every group of latency values (sorted by Spark, read in order by
-``group_stats``)."""
+"""metrics_latency: exact percentiles of every group of latency values: ``latency`` (one shuffle of the measured
+things by route, then arrays: amqplens/jobs/metrics/grouped.py) and the reference it replaced, ``latency_reference``
+(sorted by Spark, read in order by ``group_stats``)."""
 
 from __future__ import annotations
+
+import functools
 
 import pyarrow as pa
 
@@ -12,37 +15,28 @@ from amqplens.jobs.metrics.inputs import delivery_entities
 from amqplens.contracts.metrics import METRICS_LATENCY
 
 
-def _latency_sources(deliveries, e2e_rows, requests, connections, frames, bucket_s: int, *, names: bool = False,
-                     counted: bool = True):
-    """Per entity, the measured things with their value and ``_n`` (how many things it stands for), ts the start of
-    the thing's bucket (which ``with_buckets`` keeps).
+# what the latency metrics read of the end-to-end matching's deliveries
+E2E_COLUMNS = ["capture_id", "sent_ts", "dialect", "method", "connection_id", "channel", "consumer_tag", "link_name", "queue",
+               "exchange"]
 
-    ``counted``: things alike in (bucket, entity columns, metric, ..., value_us) are counted into one row before they
-    are spread over entities (a busy channel repeats its latencies within a bucket); else each is a row of its own
-    (``_n`` = 1: a shuffle fewer, which a small capture pays more for than it saves). ``names``: instead, the
-    distinct (bucket, entity columns, metric, ...) without values or counts: the groups' names.
+
+def _measured(deliveries, e2e_rows, requests, connections, frames):
+    """Each kind of measured thing: (its rows, the entities it counts for as ``with_entities`` specs).
+
+    The rows: capture_id, ts (the thing's start), dialect, metric, direction, method, value_us (null: never answered,
+    settled or matched), connection_id and, but for the handshakes, channel. Rows: one per delivery with a settle
+    metric, one per delivery from the broker (end_to_end), one per request, two per connection.
     """
     from pyspark.sql import functions as F
-
-    def spread(df, specs):
-        df = df.withColumn("ts", bucket_of(F.col("ts"), bucket_s))
-        # rows: <= the measured things (grouped before any shuffle), then x entities (<= 8)
-        if names:
-            df = df.drop("value_us").distinct()
-        else:
-            df = df.groupBy(*df.columns).agg(F.count("*").alias("_n")) if counted else df.withColumn("_n", F.lit(1).cast("long"))
-        return with_entities(df, specs)
 
     d = deliveries
     settle_metric = (F.when((F.col("method") == "publish") & (F.col("settle_mode") == "confirm"), "publish_confirm")
                      .when(F.col("method").isin("deliver", "get-ok") & (F.col("settle_mode") != "auto_ack"), "deliver_settle")
                      .when((F.col("method") == "transfer") & (F.col("outcome") != "presettled"), "transfer_settle"))
-    settles = spread(
-        d.withColumn("metric", settle_metric).where(F.col("metric").isNotNull())
-        .select("capture_id", F.col("sent_ts").alias("ts"), "dialect", "metric", "direction", "method",
-                F.col("settle_latency_us").alias("value_us"), "connection_id", "channel", "consumer_tag", "link_name",
-                "queue", "exchange"),
-        delivery_entities(F))
+    settles = (d.withColumn("metric", settle_metric).where(F.col("metric").isNotNull())
+               .select("capture_id", F.col("sent_ts").alias("ts"), "dialect", "metric", "direction", "method",
+                       F.col("settle_latency_us").alias("value_us"), "connection_id", "channel", "consumer_tag", "link_name",
+                       "queue", "exchange"))
 
     # rows: one per delivery from the broker (amqplens/jobs/metrics/e2e.py: one shuffle and a pass per key)
     e2e = e2e_rows.select(
@@ -50,14 +44,11 @@ def _latency_sources(deliveries, e2e_rows, requests, connections, frames, bucket
         F.lit(None).cast("string").alias("direction"), "method",
         (F.unix_micros("sent_ts") - F.unix_micros("p_ts")).alias("value_us"),
         "connection_id", "channel", "consumer_tag", "link_name", "queue", "exchange")
-    e2e = spread(e2e, delivery_entities(F))
 
     conn, ch = F.col("connection_id"), F.col("channel")
-    rr = spread(
-        requests.select("capture_id", F.col("request_ts").alias("ts"), "dialect", F.lit("request_response").alias("metric"),
-                        F.lit(None).cast("string").alias("direction"), F.col("request").alias("method"),
-                        F.col("latency_us").alias("value_us"), "connection_id", "channel"),
-        [("connection", conn, conn, None), ("channel", F.concat_ws("/", conn, ch), conn, ch)])
+    rr = requests.select("capture_id", F.col("request_ts").alias("ts"), "dialect", F.lit("request_response").alias("metric"),
+                         F.lit(None).cast("string").alias("direction"), F.col("request").alias("method"),
+                         F.col("latency_us").alias("value_us"), "connection_id", "channel")
 
     # rows: groupBy <= connections; the left join on the connection (unique on both sides): connections
     open_ok = (
@@ -72,13 +63,73 @@ def _latency_sources(deliveries, e2e_rows, requests, connections, frames, bucket
         value.alias("value_us"), "connection_id")
     amqp_hs = F.when(F.col("syn_seen") & F.col("open_ok_ts").isNotNull(),
                      F.unix_micros("open_ok_ts") - F.unix_micros("start_ts"))
-    conns = spread(
-        hs("tcp_handshake", F.col("handshake_rtt_us")).unionByName(
-            hs("amqp_handshake", amqp_hs).where(F.col("dialect").isNotNull())),
-        [("connection", conn, conn, None)])
+    conns = hs("tcp_handshake", F.col("handshake_rtt_us")).unionByName(
+        hs("amqp_handshake", amqp_hs).where(F.col("dialect").isNotNull()))
+    return [(settles, delivery_entities(F)), (e2e, delivery_entities(F)),
+            (rr, [("connection", conn, conn, None), ("channel", F.concat_ws("/", conn, ch), conn, ch)]),
+            (conns, [("connection", conn, conn, None)])]
+
+
+def _latency_sources(measured, bucket_s: int, *, names: bool = False, counted: bool = True):
+    """The reference's rows: per entity, the measured things with their value and ``_n`` (how many things it stands
+    for), ts the start of the thing's bucket (which ``with_buckets`` keeps).
+
+    ``counted``: things alike in (bucket, entity columns, metric, ..., value_us) are counted into one row before they
+    are spread over entities; else each is a row of its own (``_n`` = 1). ``names``: instead, the distinct (bucket,
+    entity columns, metric, ...) without values or counts: the groups' names.
+    """
+    from pyspark.sql import functions as F
+
+    def spread(df, specs):
+        df = df.withColumn("ts", bucket_of(F.col("ts"), bucket_s))
+        # rows: <= the measured things (grouped before any shuffle), then x entities (<= 8)
+        if names:
+            df = df.drop("value_us").distinct()
+        else:
+            df = df.groupBy(*df.columns).agg(F.count("*").alias("_n")) if counted else df.withColumn("_n", F.lit(1).cast("long"))
+        return with_entities(df, specs)
+
     cols = ["capture_id", "ts", "dialect", "metric", "direction", "method", *([] if names else ["value_us", "_n"]),
             "entity_kind", "entity", "connection_id", "channel"]
-    return settles.select(cols).unionByName(e2e.select(cols)).unionByName(rr.select(cols)).unionByName(conns.select(cols))
+    out = [spread(df, specs).select(cols) for df, specs in measured]
+    return functools.reduce(lambda a, b: a.unionByName(b), out)
+
+
+def _routes(measured, caps, bucket_s: int):
+    """Each measured thing once per route it has an entity in (``grouped.ROUTES``: the capture; its connection,
+    channel, consumer and link; its queue or address; its exchange), with its bucket, its capture's number ``_ci``
+    (from ``caps``) and its metric's ``_m``.
+
+    Rows: the measured things x <= 4."""
+    from pyspark.sql import functions as F
+
+    from amqplens.jobs.metrics.grouped import METRICS
+
+    ns, ni = F.lit(None).cast("string"), F.lit(None).cast("int")
+    out = []
+    for df, specs in measured:
+        names = {kind: name.cast("string") for kind, name, _, _ in specs}
+        e = lambda kind: names.get(kind, ns)  # noqa: E731
+        ch = F.col("channel").cast("int") if "channel" in df.columns else ni
+        route = lambda r, key, c, chan, a, b, d: F.struct(  # noqa: E731
+            F.lit(r).alias("_r"), key.alias("_k"), c.alias("_c"), chan.alias("_ch"), a.alias("_a"), b.alias("_b"), d.alias("_d"))
+        routes = F.array(
+            route(0, F.col("capture_id"), ns, ni, ns, ns, ns),
+            route(1, F.coalesce(e("connection"), e("channel"), e("consumer"), e("link")), e("connection"), ch, e("channel"),
+                  e("consumer"), e("link")),
+            route(2, F.coalesce(e("queue"), e("address")), ns, ni, e("queue"), e("address"), ns),
+            route(3, e("exchange"), ns, ni, e("exchange"), ns, ns),
+        )
+        # inline, then the filter: a higher-order F.filter over the array cost 5x the whole spread (27 s against 5 s
+        # for 2.7M route rows at 300 MB)
+        out.append(df.select("capture_id", "ts", "dialect", "metric", "direction", "method", "value_us", F.inline(routes))
+                   .where(F.col("_k").isNotNull()))
+    rows = functools.reduce(lambda a, b: a.unionByName(b), out)
+    # rows: caps has one row per capture
+    return (rows.join(caps.select("capture_id", "_ci"), "capture_id")
+            .withColumn("bucket_us", F.unix_micros(bucket_of(F.col("ts"), bucket_s)))
+            .withColumn("_m", F.array_position(F.array(*map(F.lit, METRICS)), F.col("metric")).cast("int"))
+            .drop("ts", "metric", "capture_id"))
 
 
 # what group_stats yields per group of latency values (its hash, then the metric columns)
@@ -151,13 +202,44 @@ def group_stats(batches):
     yield flush()
 
 
-def latency(deliveries, requests, connections, frames, caps, bucket_s: int, partitions: int | None = None,
-            counted: bool = True):
-    """Exact percentiles of every group: its values sorted by Spark, read in order by ``group_stats`` (``counted``:
-    see ``_latency_sources``; the same rows either way).
+def latency(deliveries, requests, connections, frames, caps, bucket_s: int, partitions: int | None = None):
+    """Exact statistics of every group: each measured thing shuffled once per route (``_routes``), each partition's
+    groups spread, sorted and summarised in arrays (``grouped.route_stats``); the same rows as ``latency_reference``.
+
+    ``partitions``: of the route shuffle (default twice the cores; the job sizes it by the input's rows so that a task
+    holds about a million route rows).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from amqplens.jobs.metrics.grouped import OUT_SCHEMA, route_stats
+
+    keys = [*Frame.KEYS, "metric", "direction", "method"]
+    # each capture numbered (rows: one per capture, one partition), so that a route row carries no capture text
+    caps = F.broadcast(caps.select("capture_id", "capture_date", "first_ts")
+                       .withColumn("_ci", F.dense_rank().over(Window.orderBy("capture_id")).cast("int")))
+    measured = _measured(deliveries, end_to_end(deliveries, partitions, keep=E2E_COLUMNS), requests, connections, frames)
+    n = partitions or deliveries.sparkSession.sparkContext.defaultParallelism * 2
+    # rows: the measured things x <= 4 routes, one shuffle; out: one row per group, joined to its capture's one row
+    out = (_routes(measured, caps, bucket_s).repartition(n, "_ci", "_r", "_k", "_m").drop("_k")
+           .mapInArrow(functools.partial(route_stats, bucket_s=bucket_s), from_arrow_schema(OUT_SCHEMA))
+           .join(caps, "_ci")
+           .withColumn("bucket_start", F.when(F.col("bucket_seconds") == 0, F.coalesce("first_ts", F.timestamp_micros(F.lit(0))))
+                       .otherwise(F.timestamp_micros("bucket_us")))
+           .withColumn("entity", F.when(F.col("entity_kind") == "capture", F.col("capture_id")).otherwise(F.col("entity")))
+           .drop("bucket_us", "first_ts", "_ci").withColumn("exact", F.lit(True)))
+    return conform(add_row_id(out, keys), METRICS_LATENCY)
+
+
+def latency_reference(deliveries, requests, connections, frames, caps, bucket_s: int, partitions: int | None = None,
+                      counted: bool = True):
+    """The reference ``latency`` is compared with: every group's values spread over entities and buckets in Spark,
+    sorted by Spark, read in order by ``group_stats`` (``counted``: see ``_latency_sources``; the same rows either way).
 
     The group key is hashed twice (xxhash64 and murmur3: 96 bits) so that only narrow rows (hash, value, count) are
     sorted; the key columns come back with one row per group (map-side aggregated) and meet the stats on the hash.
+    Rows: <= (deliveries + requests + 2 x connections) x entities (<= 8) x 2 buckets.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -168,18 +250,15 @@ def latency(deliveries, requests, connections, frames, caps, bucket_s: int, part
     parts = [p for k in keys for p in (F.col(k), F.col(k).isNull())]
     hashed = lambda df: df.withColumn("_g", F.xxhash64(*parts)).withColumn("_h", F.hash(*parts))  # noqa: E731
     # materialised once: the end-to-end matching is read by both the values and the names
-    e2e = end_to_end(deliveries, partitions).localCheckpoint()
-    # rows: <= (deliveries + requests + 2 x connections) x entities (<= 8) x 2 buckets, narrowed to (hash, value, n)
-    rows = hashed(with_buckets(_latency_sources(deliveries, e2e, requests, connections, frames, bucket_s, counted=counted),
-                               caps, bucket_s))
+    e2e = end_to_end(deliveries, partitions, keep=E2E_COLUMNS).localCheckpoint()
+    measured = _measured(deliveries, e2e, requests, connections, frames)
+    rows = hashed(with_buckets(_latency_sources(measured, bucket_s, counted=counted), caps, bucket_s))
     n = partitions or deliveries.sparkSession.sparkContext.defaultParallelism * 2
     # rows: the narrow (hash, value, n) rows, sorted; out: one row per group
     stats = (rows.select("_g", "_h", "value_us", "_n").repartition(n, "_g", "_h").sortWithinPartitions("_g", "_h", "value_us")
              .mapInArrow(group_stats, from_arrow_schema(STATS_SCHEMA)))
     # the groups' key columns from the distinct atoms (<= the measured things), spread the same way; one row per group
-    atoms = with_buckets(_latency_sources(deliveries, e2e, requests, connections, frames, bucket_s, names=True), caps, bucket_s)
+    atoms = with_buckets(_latency_sources(measured, bucket_s, names=True), caps, bucket_s)
     named = hashed(atoms).groupBy("_g", "_h").agg(*[F.first(k).alias(k) for k in keys])
     out = named.join(stats, ["_g", "_h"]).drop("_g", "_h").withColumn("exact", F.lit(True))
     return conform(add_row_id(out, keys), METRICS_LATENCY)
-
-
