@@ -209,18 +209,20 @@ def latency(deliveries, requests, connections, frames, caps, bucket_s: int, part
     ``partitions``: of the route shuffle (default twice the cores; the job sizes it by the input's rows so that a task
     holds about a million route rows).
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from amqplens.jobs.metrics.grouped import OUT_SCHEMA, route_stats
 
     keys = [*Frame.KEYS, "metric", "direction", "method"]
-    # each capture numbered (rows: one per capture, one partition), so that a route row carries no capture text
-    caps = F.broadcast(caps.select("capture_id", "capture_date", "first_ts")
-                       .withColumn("_ci", F.dense_rank().over(Window.orderBy("capture_id")).cast("int")))
+    # each capture numbered, so that a route row carries no capture text: the numbers made on the driver (a window
+    # over all captures would warn on the terminal that it moves every row to one partition); rows: one per capture
+    spark = deliveries.sparkSession
+    ids = sorted({r[0] for r in caps.select("capture_id").collect()})
+    numbers = spark.createDataFrame(list(zip(ids, range(1, len(ids) + 1))), "capture_id string, _ci int")
+    caps = F.broadcast(caps.select("capture_id", "capture_date", "first_ts").join(F.broadcast(numbers), "capture_id"))
     measured = _measured(deliveries, end_to_end(deliveries, partitions, keep=E2E_COLUMNS), requests, connections, frames)
-    n = partitions or deliveries.sparkSession.sparkContext.defaultParallelism * 2
+    n = partitions or spark.sparkContext.defaultParallelism * 2
     # rows: the measured things x <= 4 routes, one shuffle; out: one row per group, joined to its capture's one row
     out = (_routes(measured, caps, bucket_s).repartition(n, "_ci", "_r", "_k", "_m").drop("_k")
            .mapInArrow(functools.partial(route_stats, bucket_s=bucket_s), from_arrow_schema(OUT_SCHEMA))
