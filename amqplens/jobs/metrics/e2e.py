@@ -19,11 +19,13 @@ The rule (docs: amqplens/contracts/metrics.py, metric ``end_to_end``):
 
 How it runs: the publishes, the deliveries from the broker and one "requeued"
 event per requeued delivery go through one shuffle by (capture, key), sorted by
-time within each key, and one pass over each key's events in a Python task
-(``fifo_pass``) counts publishes and deliveries per queue and applies the rule;
-a delivery's own columns ride along, so nothing is joined back. Rows: the
-publishes + the deliveries + the requeues, once each; the pass holds per key
-8 bytes per publish and, until the key ends, its redeliveries. The same rule as
+time within each key, and one pass over each partition's events in arrays
+(``fifo_columns``: the n-th first delivery's rank by a prefix minimum per key
+and queue, no Python per event) applies the rule; the rare keys with a requeue
+or a redelivery, and the reference the tests compare with, go event by event
+(``fifo_pass``). A delivery's own columns ride along, so nothing is joined back.
+Rows: the publishes + the deliveries + the requeues, once each; the pass holds
+its partition's events (the metrics job sizes the partitions by rows). The same rule as
 Spark windows and equi-joins on (key, rank) (``end_to_end_windows``, six
 shuffles) stays as the reference a test compares the pass with.
 """
@@ -31,6 +33,8 @@ shuffles) stays as the reference a test compares the pass with.
 from __future__ import annotations
 
 import functools
+
+import numpy as np
 
 REQUEUED = ("nacked_requeue", "rejected_requeue", "recovered", "requeued_on_close", "released", "modified")
 # Requeues of one message followed back to its first delivery (one equi-join each); a redelivery
@@ -240,10 +244,82 @@ def fifo_pass(batches, payload: list[str]):
         yield from finish(k)
 
 
+def _segment_starts(*cols) -> np.ndarray:
+    """Whether each row starts a new run of equal values in every one of ``cols`` (numpy arrays, same length)."""
+    n = len(cols[0])
+    new = np.zeros(n, bool)
+    if n:
+        new[0] = True
+        for c in cols:
+            new[1:] |= c[1:] != c[:-1]
+    return new
+
+
+def _segment_cummin(x: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Running minimum of ``x`` restarting at each segment (``seg``: non-decreasing segment numbers)."""
+    span = int(x.max(initial=0)) - int(x.min(initial=0)) + 1
+    shift = seg.astype(np.int64) * span  # later segments lie wholly below earlier ones, so no minimum leaks forward
+    return np.minimum.accumulate(x - shift) + shift
+
+
+def fifo_columns(batches, payload: list[str]):
+    """``fifo_pass`` in arrays for a partition held whole: the keys whose events are only publishes and first
+    deliveries (the common case) take their ranks by the same formula in numpy; the keys with a requeue or a
+    redelivery go through ``fifo_pass``, which stays the reference a test compares with. Yields the same rows (in
+    another order). Memory: the partition's events."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    tables = [b for b in batches if b.num_rows]
+    if not tables:
+        return
+    t = pa.Table.from_batches(tables).combine_chunks()
+    cid = pc.fill_null(t.column("capture_id"), "").to_numpy(zero_copy_only=False)
+    key = t.column("_key").to_numpy(zero_copy_only=False)
+    ev = t.column("_ev").to_numpy(zero_copy_only=False)
+    knew = _segment_starts(cid, key)
+    kseg = np.cumsum(knew) - 1  # the key's number, in row order (rows come sorted by key)
+    rare_key = np.zeros(int(kseg[-1]) + 1, bool)
+    np.logical_or.at(rare_key, kseg, (ev == REQUEUE) | (ev == AGAIN))
+    rare = rare_key[kseg]
+    if rare.any():
+        yield from fifo_pass(t.filter(pa.array(rare)).to_batches(), payload)
+    common = ~rare
+    pub = common & (ev == PUBLISH)
+    # P: the key's publishes up to this row (supply sorts before demand at the same instant)
+    pubs_seen = np.cumsum(pub)
+    key_start = np.flatnonzero(knew)
+    pubs_before_key = (pubs_seen - pub)[key_start][kseg]  # publishes of earlier keys
+    supply = pubs_seen - pubs_before_key
+    first = np.flatnonzero(common & (ev == FIRST))
+    if not len(first):
+        return
+    # the queue as a number (null its own: 0)
+    q = t.column("_q").chunk(0).take(pa.array(first)).dictionary_encode().indices.fill_null(-1).to_numpy(zero_copy_only=False) + 1
+    # the first deliveries of each (key, queue) in row order: j = 1, 2, ...
+    order = np.lexsort((first, q, kseg[first]))
+    rows = first[order]
+    seg_new = _segment_starts(kseg[rows], q[order])
+    seg = np.cumsum(seg_new) - 1
+    pos = np.arange(len(rows))
+    j = pos - np.flatnonzero(seg_new)[seg] + 1
+    lo = _segment_cummin(supply[rows] - j, seg)
+    m = j + np.minimum(0, lo)
+    prev = np.where(seg_new, 0, np.r_[0, m[:-1]])
+    took = m > prev
+    # the rank-th publish of the key: its global index among all publishes in row order
+    pub_ts = t.column("_tsk").to_numpy(zero_copy_only=False)[pub]
+    at = pubs_before_key[rows] + m - 1
+    pt = np.where(took, pub_ts[np.where(took, at, 0)] if len(pub_ts) else NULL_US, NULL_US)
+    p = pa.array(pt, pa.int64(), mask=pt == NULL_US)
+    out = t.select(payload).take(pa.array(rows))
+    yield from pa.Table.from_arrays([*out.columns, p], names=[*payload, "p_us"]).to_batches()
+
+
 def end_to_end(deliveries, partitions: int | None = None, keep: list[str] | None = None):
     """The from_broker deliveries with ``p_ts``: the time of the publish they were matched to (null: unmatched).
 
-    One shuffle of the publishes, the deliveries and their requeues by (capture, key), then ``fifo_pass``. ``keep``:
+    One shuffle of the publishes, the deliveries and their requeues by (capture, key), then ``fifo_columns``. ``keep``:
     the delivery columns to hand on (default all; every one rides through the pass, so fewer cost less).
     """
     from pyspark.sql import functions as F
@@ -273,6 +349,6 @@ def end_to_end(deliveries, partitions: int | None = None, keep: list[str] | None
     n = partitions or deliveries.sparkSession.sparkContext.defaultParallelism * 2
     matched = (events.repartition(n, "capture_id", "_key")
                .sortWithinPartitions("capture_id", "_key", "_tsk", F.col("_ev") >= FIRST, "_id")
-               .mapInArrow(functools.partial(fifo_pass, payload=payload), schema)
+               .mapInArrow(functools.partial(fifo_columns, payload=payload), schema)
                .withColumn("p_ts", F.timestamp_micros("p_us")).drop("p_us"))
     return matched.unionByName(keyless)
