@@ -68,7 +68,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     # query's analysis overlap the other queries
     tables = (
         ("metrics_latency", lambda: latency(deliveries, read("request_responses"), connections, control, caps, bucket_s,
-                                            partitions=latency_parts)),
+                                            partitions=latency_parts, capture_ids=list(pending))),
         ("metrics_settlement", lambda: settlement(deliveries, caps, bucket_s)),
         ("metrics_flow", lambda: flow(read("flow_events"), connections, frames, caps, bucket_s, counted=counted)),
         ("metrics_errors", lambda: errors(control, read("decode_errors"), caps, bucket_s,  # last: its transaction marks the capture done

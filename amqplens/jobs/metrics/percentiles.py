@@ -202,12 +202,14 @@ def group_stats(batches):
     yield flush()
 
 
-def latency(deliveries, requests, connections, frames, caps, bucket_s: int, partitions: int | None = None):
+def latency(deliveries, requests, connections, frames, caps, bucket_s: int, partitions: int | None = None,
+            capture_ids: list[str] | None = None):
     """Exact statistics of every group: each measured thing shuffled once per route (``_routes``), each partition's
     groups spread, sorted and summarised in arrays (``grouped.route_stats``); the same rows as ``latency_reference``.
 
     ``partitions``: of the route shuffle (default twice the cores; the job sizes it by the input's rows so that a task
-    holds about a million route rows).
+    holds about a million route rows). ``capture_ids``: the captures in ``caps`` when the caller knows them (else read
+    from ``caps``: a small Spark job, and a warning when ``caps`` carries a broadcast hint).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -218,7 +220,7 @@ def latency(deliveries, requests, connections, frames, caps, bucket_s: int, part
     # each capture numbered, so that a route row carries no capture text: the numbers made on the driver (a window
     # over all captures would warn on the terminal that it moves every row to one partition); rows: one per capture
     spark = deliveries.sparkSession
-    ids = sorted({r[0] for r in caps.select("capture_id").collect()})
+    ids = sorted(set(capture_ids) if capture_ids is not None else {r[0] for r in caps.select("capture_id").collect()})
     numbers = spark.createDataFrame(list(zip(ids, range(1, len(ids) + 1))), "capture_id string, _ci int")
     caps = F.broadcast(caps.select("capture_id", "capture_date", "first_ts").join(F.broadcast(numbers), "capture_id"))
     measured = _measured(deliveries, end_to_end(deliveries, partitions, keep=E2E_COLUMNS), requests, connections, frames)
