@@ -83,9 +83,10 @@ def _percentiles(v: np.ndarray, starts: np.ndarray, n: np.ndarray, q: float) -> 
 
 
 def _spread(t: pa.Table, codes: dict) -> tuple[np.ndarray, ...]:
-    """(route row, kind, entity column, entity code) of every (route row, entity) whose entity name is not null."""
+    """(route row, kind, entity code) of every (route row, entity) whose entity name is not null (a kind has one
+    entity column, so (kind, code) names the entity)."""
     route = t.column("_r").to_numpy()
-    src, kind, col, ent = [], [], [], []
+    src, kind, ent = [], [], []
     for r, entities in ROUTES.items():
         rows = np.flatnonzero(route == r)
         for k, e, _, _ in entities:
@@ -93,9 +94,8 @@ def _spread(t: pa.Table, codes: dict) -> tuple[np.ndarray, ...]:
             keep = rows[c != 0]
             src.append(keep)
             kind.append(np.full(len(keep), KINDS.index(k), np.int64))
-            col.append(np.full(len(keep), ENTITY_COLUMNS.index(e), np.int64))
             ent.append(c[c != 0])
-    return tuple(np.concatenate(x) for x in (src, kind, col, ent))
+    return tuple(np.concatenate(x) for x in (src, kind, ent))
 
 
 def _by_kind(kinds: np.ndarray, src: np.ndarray, t: pa.Table, which: int) -> pa.Array:
@@ -122,22 +122,22 @@ def group_table(t: pa.Table, bucket_s: int) -> pa.RecordBatch:
     if not t.num_rows:
         return pa.RecordBatch.from_pylist([], schema=OUT_SCHEMA)
     t = t.combine_chunks()
-    codes = {c: factorise(t.column(c).chunk(0) if t.column(c).num_chunks else pa.array([], t.column(c).type))
-             for c in {*ENTITY_COLUMNS, *ROW_KEYS, "_ch", "bucket_us"}}
-    src, kind, col, ent = _spread(t, codes)
+    codes = {c: factorise(t.column(c).chunk(0)) for c in {*ENTITY_COLUMNS, *ROW_KEYS, "_ch", "bucket_us"}}
+    src, kind, ent = _spread(t, codes)
     if not len(src):  # no route row names an entity
         return pa.RecordBatch.from_pylist([], schema=OUT_SCHEMA)
-    conn_kind = np.isin(kind, [KINDS.index(k) for k in ("connection", "channel", "consumer", "link")])
-    ch_kind = np.isin(kind, [KINDS.index(k) for k in ("channel", "consumer", "link")])
+    specs = [s for entities in ROUTES.values() for s in entities]
+    conn_kind = np.isin(kind, [KINDS.index(k) for k, _, c, _ in specs if c])
+    ch_kind = np.isin(kind, [KINDS.index(k) for k, _, _, ch in specs if ch])
     # x 2: the time bucket (whole = 0), the whole capture (whole = 1)
     n1 = len(src)
-    src, kind, col, ent, conn_kind, ch_kind = (np.concatenate([x, x]) for x in (src, kind, col, ent, conn_kind, ch_kind))
+    src, kind, ent, conn_kind, ch_kind = (np.concatenate([x, x]) for x in (src, kind, ent, conn_kind, ch_kind))
     whole = np.repeat(np.array([0, 1], np.int64), n1)
     bucket = np.where(whole == 1, 0, codes["bucket_us"][0][src])
     ent_span = max(codes[c][1] for c in ENTITY_COLUMNS)
     row_gid = combine([codes[c] for c in ROW_KEYS])
     gid = combine([(row_gid[src], int(row_gid.max(initial=0)) + 1), (whole, 2),
-                   (bucket, codes["bucket_us"][1]), (kind, len(KINDS)), (col, len(ENTITY_COLUMNS)),
+                   (bucket, codes["bucket_us"][1]), (kind, len(KINDS)),
                    (ent, ent_span), (np.where(conn_kind, codes["_c"][0][src], 0), codes["_c"][1]),
                    (np.where(ch_kind, codes["_ch"][0][src], 0), codes["_ch"][1])])
     value = t.column("value_us").chunk(0)
