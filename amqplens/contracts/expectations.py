@@ -131,6 +131,11 @@ def references(t: Table) -> dict[str, str]:
     return out
 
 
+def reference_check(t: Table, column: str) -> str:
+    """The name of the check that every value of ``column`` (a key of ``references(t)``) is a row of its target."""
+    return f"{t.name}.ref.{column}"
+
+
 def required_columns(t: Table) -> list[str]:
     return [c.name for c in t.columns if not c.nullable and c.name not in t.key]
 
@@ -185,7 +190,7 @@ def _generic(t: Table) -> list[Check]:
         checks.append(Check(f"{n}.in_capture_window", gxe.ExpectColumnValuesToBeNull, {"column": OUTSIDE_WINDOW},
                             f"{', '.join(window_columns(t))} between the capture's first and last packet (with slack)"))
     for col, target in references(t).items():
-        checks.append(Check(f"{n}.ref.{col}", gxe.ExpectColumnValuesToBeNull, {"column": missing_column(col)},
+        checks.append(Check(reference_check(t, col), gxe.ExpectColumnValuesToBeNull, {"column": missing_column(col)},
                             f"every {col} is a row of {target} (of the same captures)"))
     for (tname, col), why in MAY_BE_NEGATIVE.items():
         if tname == n:

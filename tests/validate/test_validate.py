@@ -15,7 +15,7 @@ import pytest
 
 from amqplens import cli
 from amqplens.jobs import validate
-from amqplens.jobs.validate.quality import RunTables, batch
+from amqplens.jobs.validate.quality import RunTables, batch, reference_jobs
 from amqplens.jobs.validate.small import SmallRun, batch as small_batch
 from amqplens.contracts import ALL_TABLES, table
 from amqplens.contracts import expectations as ex
@@ -252,8 +252,16 @@ def test_one_pass_counts_flag_exactly_the_checks_gx_fails(spark, quality_lake):
     frames, _, broken_frames = _broken_frames(store)
 
     def negative(df):
-        first = df.where(F.col("settle_latency_us").isNotNull()).orderBy("delivery_id").first().delivery_id
-        return df.withColumn("settle_latency_us", F.when(F.col("delivery_id") == first, F.lit(-5)).otherwise(F.col("settle_latency_us")))
+        """A negative latency; a frame that is not in frames among one delivery's frame_ids and a null element in
+        another's; a settling frame that is not in frames; a row beside its capture's window."""
+        ids = [r.delivery_id for r in df.where(F.col("settle_latency_us").isNotNull()).orderBy("delivery_id").limit(4).collect()]
+        did = F.col("delivery_id")
+        return (df.withColumn("settle_latency_us", F.when(did == ids[0], F.lit(-5)).otherwise(F.col("settle_latency_us")))
+                .withColumn("frame_ids", F.when(did == ids[1], F.array_append("frame_ids", F.lit("no-such-frame")))
+                            .when(did == ids[2], F.array_append("frame_ids", F.lit(None).cast("string")))
+                            .otherwise(F.col("frame_ids")))
+                .withColumn("settled_by_frame_id", F.when(did == ids[3], F.lit("no-such-frame")).otherwise(F.col("settled_by_frame_id")))
+                .withColumn("sent_ts", F.when(did == ids[3], F.col("sent_ts") - F.expr("INTERVAL 2 DAYS")).otherwise(F.col("sent_ts"))))
 
     context = gx.get_context(mode="ephemeral")
     source = context.data_sources.add_spark(name="t")
@@ -264,7 +272,12 @@ def test_one_pass_counts_flag_exactly_the_checks_gx_fails(spark, quality_lake):
             tables.slices[t] = make(tables.slices[t])
         try:
             df = batch(table(name), tables, conf).persist()
-            counted = tally.count(table(name), df, Settings())
+            # as the validate job counts: the tally's batch (no reference joins, no offending text) and one job per
+            # referenced table for the references
+            elsewhere = frozenset(ex.reference_check(table(name), c) for c in ex.references(table(name)))
+            counted = tally.count(table(name), batch(table(name), tables, conf, for_tally=True), Settings(), elsewhere)
+            for job in reference_jobs(tables, [name]):
+                counted.add(job())
             suite = context.suites.add(ex.suite(table(name), Settings()))
             data = source.add_dataframe_asset(name=name).add_batch_definition_whole_dataframe("b")
             results = gx.ValidationDefinition(name=name, data=data, suite=suite).run(
@@ -285,3 +298,5 @@ def test_one_pass_counts_flag_exactly_the_checks_gx_fails(spark, quality_lake):
             seen[check] = counted.values[check]
     assert seen["frames.key_unique"] == 1 and seen["frames.enum.dialect"] == 1 and seen["frames.ref.connection_id"] == 1
     assert seen["frames.decode_error_share"] == len(frames) + 1 and seen["deliveries.non_negative"] == 1
+    assert seen["deliveries.ref.frame_ids"] == 2 and seen["deliveries.ref.settled_by_frame_id"] == 1
+    assert seen["deliveries.in_capture_window"] == 1

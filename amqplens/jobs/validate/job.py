@@ -81,7 +81,7 @@ def batches(store, ids: list[str], conf: Config):
             else:
                 assert isinstance(source, quality.RunTables)
                 # not cached: the tally reads it once; engine.Suites caches it for the checks the tally does not pass
-                yield t, rows[name], quality.batch(t, source, conf)
+                yield t, rows[name], quality.SparkBatch(t, source, conf)
     finally:
         if not small:
             assert isinstance(source, quality.RunTables)
@@ -90,15 +90,17 @@ def batches(store, ids: list[str], conf: Config):
 
 def tallied(items, settings, parallel: int):
     """``items`` (``batches``) as ``(table, rows, batch, tally or None)``: the Spark batches are counted first
-    (tally.py), their tallies' Spark jobs ``parallel`` at a time from driver threads (each is one aggregate of a few
-    stages of one or two tasks, so one table's scan overlaps another's planning and small stages; GX then validates
-    one table at a time, its context not shared between threads). A pandas batch (a small run) is passed on as it
-    comes, so the driver holds one at a time; tables without rows keep their place."""
+    (tally.py; their references by one job per target table, quality.reference_jobs), these Spark jobs ``parallel``
+    at a time from driver threads (each is one aggregate of a few stages of one or two tasks, so one table's scan
+    overlaps another's planning and small stages; GX then validates one table at a time, its context not shared
+    between threads). A pandas batch (a small run) is passed on as it comes, so the driver holds one at a time;
+    tables without rows keep their place."""
     from concurrent.futures import ThreadPoolExecutor
 
     import pandas as pd
 
-    from amqplens.jobs.validate import tally
+    from amqplens.contracts import expectations as ex
+    from amqplens.jobs.validate import quality, tally
 
     held: list = []  # Spark batches (lazy plans) and empty tables, in order
     for t, n, df in items:
@@ -108,14 +110,22 @@ def tallied(items, settings, parallel: int):
             yield t, n, df, None
         else:
             held.append((t, n, df))
-    spark_batches = [(t, df) for t, _, df in held if df is not None]
-    t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="amqplens-tally") as pool:
-        counts = dict(zip([t.name for t, _ in spark_batches],
-                          pool.map(lambda item: tally.count(item[0], item[1], settings), spark_batches)))
+    spark_batches = [(t, b) for t, _, b in held if b is not None]
+    counts: dict = {}
     if spark_batches:
+        t0 = time.monotonic()
+        refs = quality.reference_jobs(spark_batches[0][1].tables, [t.name for t, _ in spark_batches])
+        elsewhere = {t.name: frozenset(ex.reference_check(t, c) for c in ex.references(t)) for t, _ in spark_batches}
+        with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="amqplens-tally") as pool:
+            found = [pool.submit(job) for job in refs]  # the larger jobs first: they set the stage's length
+            counted = {t.name: pool.submit(lambda t, b: tally.count(t, b.light(), settings, elsewhere[t.name]), t, b)
+                       for t, b in spark_batches}
+            counts = {name: f.result() for name, f in counted.items()}
+            for f in found:
+                for one in counts.values():
+                    one.add(f.result())
         log.info("tallies of %d table(s) in %.1fs", len(spark_batches), time.monotonic() - t0)
-    yield from ((t, n, df, counts.get(t.name)) for t, n, df in held)
+    yield from ((t, n, None if b is None else b.full(), counts.get(t.name)) for t, n, b in held)
 
 
 def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> dict:

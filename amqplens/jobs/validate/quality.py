@@ -3,9 +3,15 @@
 Pure DataFrame -> DataFrame functions: each adds a column holding the offending
 value(s) as text, or null, so the expectation is "this column is null" and its
 failure samples show what was wrong. ``batch`` puts them together for one table.
+With ``text=False`` (the tally's batch, which only counts the non-null rows) such a
+column holds ``true`` instead of the text: building the text of every row's parts
+cost the 300 MB lake's frames tally 19.5-23.2 JVM CPU s against 5-7 for the tests
+alone.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from amqplens.contracts import ALL_TABLES, Table, table
 from amqplens.contracts import expectations as ex
@@ -13,18 +19,19 @@ from amqplens.contracts import expectations as ex
 SOURCE_CAPTURE = "capture"  # rows read off the wire (other sources: logs and traces, whose times are not packet times)
 
 
-def _listed(parts):
-    """'a, b' of the non-null parts, or null when every part is null. The text is built only for a row with a
-    non-null part: a tally only counts the non-null rows, and testing the parts is cheaper than joining them on every
-    row (the 300 MB lake's frames tally: 55.4/49.6 -> 45.9/41.6 JVM CPU s, alternated in one session)."""
+def _listed(parts, text: bool = True):
+    """'a, b' of the parts ``(offending, shown)`` whose test holds, or null when none does; ``text=False``: true
+    instead of the text. The text is built only for a row with an offending part."""
     import functools
 
     from pyspark.sql import functions as F
 
     if not parts:
-        return F.lit(None).cast("string")
-    some = functools.reduce(lambda a, b: a | b, (p.isNotNull() for p in parts))
-    return F.when(some, F.concat_ws(", ", *parts))
+        return F.lit(None).cast("string" if text else "boolean")
+    some = functools.reduce(lambda a, b: a | b, (offending for offending, _ in parts))
+    if not text:
+        return F.when(some, F.lit(True))
+    return F.when(some, F.concat_ws(", ", *(F.when(offending, shown) for offending, shown in parts)))
 
 
 def _shown(column: str):
@@ -33,16 +40,16 @@ def _shown(column: str):
     return F.concat(F.lit(f"{column}="), F.col(column).cast("string"))
 
 
-def with_required(t: Table, df):
+def with_required(t: Table, df, text: bool = True):
     from pyspark.sql import functions as F
 
-    return df.withColumn(ex.REQUIRED_NULL, _listed([F.when(F.col(c).isNull(), F.lit(c)) for c in ex.required_columns(t)]))
+    return df.withColumn(ex.REQUIRED_NULL, _listed([(F.col(c).isNull(), F.lit(c)) for c in ex.required_columns(t)], text))
 
 
-def with_negative(t: Table, df):
+def with_negative(t: Table, df, text: bool = True):
     from pyspark.sql import functions as F
 
-    return df.withColumn(ex.NEGATIVE, _listed([F.when(F.col(c) < 0, _shown(c)) for c in ex.non_negative_columns(t)]))
+    return df.withColumn(ex.NEGATIVE, _listed([(F.col(c) < 0, _shown(c)) for c in ex.non_negative_columns(t)], text))
 
 
 def anomaly(t: Table):
@@ -65,7 +72,7 @@ def with_anomaly(t: Table, df):
     return df if column is None else df.withColumn(ex.ANOMALY, column)
 
 
-def with_window(t: Table, df, captures, slack_s: int):
+def with_window(t: Table, df, captures, slack_s: int, text: bool = True):
     """Timestamps outside [first_ts - slack, last_ts + slack] of their capture; a bucket may start up to its length earlier.
 
     Rows of another source (a log's line-number times) and captures without packets are not judged.
@@ -84,7 +91,7 @@ def with_window(t: Table, df, captures, slack_s: int):
 
     # rows: window has one row per capture (dropDuplicates): df
     return (df.join(F.broadcast(window), "capture_id", "left")
-            .withColumn(ex.OUTSIDE_WINDOW, _listed([F.when(outside(c), _shown(c)) for c in ex.window_columns(t)]))
+            .withColumn(ex.OUTSIDE_WINDOW, _listed([(outside(c), _shown(c)) for c in ex.window_columns(t)], text))
             .drop("_lo", "_hi"))
 
 
@@ -105,6 +112,49 @@ def with_reference(t: Table, df, column: str, target):
     # rows: target holds distinct keys (one per _ref): df
     return (df.join(keys, df[column] == keys["_ref"], "left")
             .withColumn(out, F.when(F.col(column).isNotNull() & F.col("_ref").isNull(), F.col(column))).drop("_ref"))
+
+
+def reference_jobs(tables: "RunTables", names: list[str]) -> list:
+    """The reference checks of tables ``names`` (``ex.references``) counted without a join per table: one Spark job per
+    target (frames, connections; of the run's slice, or of the whole table for a log's rows), each a callable
+    returning ``{check name: offending values}``.
+
+    Every referencing column's non-null values (each element of an array, a null element included) of every table are
+    tagged with their check and go through one anti join against the target's keys, as they are (no distinct: an anti
+    join only drops a value, repeated keys do not multiply it); what is left is counted per check. A count is 0
+    exactly when no row of the table names a key the target lacks, which is what the check's column
+    (``with_reference``) says row by row; a check with a count above 0 is validated by GX on the batch with that
+    column. On the 300 MB lake the per-table joins against the frames' distinct keys cost 10-35 JVM CPU seconds per
+    table, a shuffle of the 1.85M keys each (see docs/performance.md).
+    """
+    import functools
+
+    from pyspark.sql import functions as F
+
+    groups: dict[tuple[str, bool], list[tuple[str, object]]] = {}
+    for name in names:
+        t = table(name)
+        whole = t.replace_by != ("capture_id",)  # a log's rows may name any capture's connection
+        for column, target in ex.references(t).items():
+            c = F.col(column)
+            df = tables.slices[name]
+            values = (df.select(F.explode(c).alias("_value")) if t.column(column).type.startswith("array<")
+                      else df.where(c.isNotNull()).select(c.alias("_value")))
+            groups.setdefault((target, whole), []).append((ex.reference_check(t, column), values))
+
+    def job(target: str, whole: bool, items):
+        def count() -> dict[str, int]:
+            (key,) = table(target).key
+            keys = (tables.store.read(target) if whole else tables.slices[target]).select(F.col(key).alias("_ref"))
+            tagged = functools.reduce(lambda a, b: a.unionByName(b), (
+                values.select(F.lit(i).alias("_tag"), "_value") for i, (_, values) in enumerate(items)))
+            # rows: the anti join keeps at most the tagged values; the group-by one row per check
+            left = tagged.join(keys, tagged["_value"] == keys["_ref"], "left_anti").groupBy("_tag").count().collect()
+            found = {r["_tag"]: r["count"] for r in left}
+            return {check: int(found.get(i, 0)) for i, (check, _) in enumerate(items)}
+        return count
+
+    return [job(target, whole, items) for (target, whole), items in groups.items()]
 
 
 def with_connection_rows(captures, connections):
@@ -142,14 +192,14 @@ def with_accounting(connections, frames, decode_errors):
     return df.withColumn(ex.CODEC_ERROR_SHARE, share).drop(*(f"_{p}_{d}" for p in "fe" for d in ex.TO_SERVER_CLIENT))
 
 
-def with_percentile_order(df):
+def with_percentile_order(df, text: bool = True):
     from pyspark.sql import functions as F
 
     cols = ("p50_us", "p90_us", "p99_us", "max_us")
     broken = F.lit(False)
     for a, b in zip(cols, cols[1:]):
         broken = broken | (F.col(a) > F.col(b))
-    return df.withColumn(ex.PERCENTILES_UNORDERED, F.when(broken, _listed([_shown(c) for c in cols])))
+    return df.withColumn(ex.PERCENTILES_UNORDERED, _listed([(broken, F.concat_ws(", ", *(_shown(c) for c in cols)))], text))
 
 
 class RunTables:
@@ -179,24 +229,47 @@ class RunTables:
         self._cached.clear()
 
 
-def batch(t: Table, tables: RunTables, conf):
+def batch(t: Table, tables: RunTables, conf, for_tally: bool = False):
     """Table ``t``'s run slice with the columns its suite reads and no other, in few partitions (GX runs many small
     jobs): the extra columns are computed from the whole row, then the batch keeps only what the checks read, so the
-    cache holds a few columns (frames has over 70) and the scan reads only the columns the extras need."""
+    cache holds a few columns (frames has over 70) and the scan reads only the columns the extras need.
+
+    ``for_tally``: the tally's batch: without the reference checks' columns (and their joins: the tally counts
+    those checks with ``reference_jobs``) and with ``true`` for the offending rows' text (``text=False``)."""
     from amqplens.session import shuffle_partitions
 
     slices = tables.slices
+    text = not for_tally
     df = slices[t.name]
     if t.name == "captures":
         df = with_connection_rows(df, slices["connections"])
     elif t.name == "connections":
         df = with_accounting(df, slices["frames"], slices["decode_errors"])
     elif t.name == "metrics_latency":
-        df = with_percentile_order(df)
-    df = with_anomaly(t, with_negative(t, with_required(t, df)))
+        df = with_percentile_order(df, text)
+    df = with_anomaly(t, with_negative(t, with_required(t, df, text), text))
     if ex.window_columns(t):
-        df = with_window(t, df, slices["captures"], conf["validate.window_slack_s"])
-    for column, target in ex.references(t).items():
+        df = with_window(t, df, slices["captures"], conf["validate.window_slack_s"], text)
+    for column, target in ex.references(t).items() if text else ():
         # a capture's rows name rows of the same capture; a log's may name any capture's connection
         df = with_reference(t, df, column, tables.keys(target, whole_table=t.replace_by != ("capture_id",)))
-    return df.select(*ex.suite_columns(t, ex.Settings.from_config(conf))).coalesce(shuffle_partitions(df.sparkSession, conf))
+    skipped = set() if text else {ex.missing_column(column) for column in ex.references(t)}
+    columns = [c for c in ex.suite_columns(t, ex.Settings.from_config(conf)) if c not in skipped]
+    return df.select(*columns).coalesce(shuffle_partitions(df.sparkSession, conf))
+
+
+@dataclasses.dataclass(frozen=True)
+class SparkBatch:
+    """A table's Spark batch two ways: ``full()`` with every check's column (what GX validates the checks the tally
+    does not pass on), ``light()`` without the reference checks' joins (what the tally counts: tally.py; the
+    references are counted by ``reference_jobs``). Both lazy plans."""
+
+    table: Table
+    tables: RunTables
+    conf: object
+
+    def full(self):
+        return batch(self.table, self.tables, self.conf)
+
+    def light(self):
+        return batch(self.table, self.tables, self.conf, for_tally=True)

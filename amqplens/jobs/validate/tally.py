@@ -24,7 +24,11 @@ offending row in the batch, so a check the tally passes is one GX passes:
   key appears once; GX counts every row of a repeated key, this the repeats);
 - ``mostly`` (frames.decode_error_share): every offending row counts, so any
   share above 0 is left to GX's own ``mostly`` arithmetic;
-- nulls are skipped as GX skips them (pairs: ``either_value_is_missing``).
+- nulls are skipped as GX skips them (pairs: ``either_value_is_missing``);
+- references (``<table>.ref.<column>``) are counted by a job per target table for every table of the run at once
+  (quality.reference_jobs: the values the target lacks, one anti join, no distinct keys), not by joins in the
+  table's batch; a row of an array column may hold several such values, so the count is of values, 0 exactly when
+  no row holds one.
 """
 
 from __future__ import annotations
@@ -114,6 +118,10 @@ class Tally:
 
         return pd.DataFrame({name: [value] for name, value in self.values.items() if value is not None})
 
+    def add(self, counts: dict[str, int]) -> None:
+        """Take the counts of checks counted by another job (the references), those of this table's checks."""
+        self.values.update({name: n for name, n in counts.items() if name in self.values})
+
     def settles(self, name: str) -> bool:
         return self.values.get(name) is not None
 
@@ -126,16 +134,18 @@ class Tally:
         return observed({"element_count": self.rows, "unexpected_count": 0})
 
 
-def count(t: Table, df, settings: ex.Settings) -> Tally:
-    """One aggregate over ``df`` (table ``t``'s batch): its rows and every check's count or mean."""
+def count(t: Table, df, settings: ex.Settings, elsewhere: frozenset[str] = frozenset()) -> Tally:
+    """One aggregate over ``df`` (table ``t``'s batch): its rows and every check's count or mean. ``elsewhere``: checks
+    counted by another job (the references: quality.reference_jobs), left None here for ``Tally.add``; ``df`` need not
+    hold their columns."""
     from pyspark.sql import functions as F
 
     checks = ex.checks(t, settings)
-    exprs = {c.name: offending(c) for c in checks}
-    counted = {name: e for name, e in exprs.items() if e is not None}
-    aliases = {name: f"_c{i}" for i, name in enumerate(counted)}  # check names hold dots: Spark reads them as fields
+    exprs = {c.name: None if c.name in elsewhere else offending(c) for c in checks}
+    here = {name: e for name, e in exprs.items() if e is not None}
+    aliases = {name: f"_c{i}" for i, name in enumerate(here)}  # check names hold dots: Spark reads them as fields
     keyed = {c.name: _key_columns(c) for c in checks if _key_columns(c)}
-    one = df.agg(F.count(F.lit(1)).alias(ROWS), *(e.alias(aliases[name]) for name, e in counted.items()
+    one = df.agg(F.count(F.lit(1)).alias(ROWS), *(e.alias(aliases[name]) for name, e in here.items()
                                                      if name not in keyed))
     for name, cols in keyed.items():
         # rows: one per distinct key, summed to one row; the cross join meets one row with one row
@@ -145,6 +155,6 @@ def count(t: Table, df, settings: ex.Settings) -> Tally:
         one = one.crossJoin(repeats)
     (row,) = one.collect()
     values: dict[str, float | int | None] = {name: None for name in exprs}
-    values.update({name: row[aliases[name]] for name in counted})
+    values.update({name: row[aliases[name]] for name in here})
     means = frozenset(c.name for c in checks if c.expectation_type.__name__ == MEAN)
     return Tally(int(row[ROWS]), values, means)
