@@ -89,7 +89,7 @@ def batches(store, ids: list[str], conf: Config):
 
 
 def tallied(items, settings, parallel: int):
-    """``items`` (``batches``) as ``(table, rows, batch, tally or None)``: the Spark batches are counted first
+    """``items`` (``batches``) as ``(table, rows, batch, tally or None)``: the Spark batches (quality.SparkBatch) are counted first
     (tally.py; their references by one job per target table, quality.reference_jobs), these Spark jobs ``parallel``
     at a time from driver threads (each is one aggregate of a few stages of one or two tasks, so one table's scan
     overlaps another's planning and small stages; GX then validates one table at a time, its context not shared
@@ -125,7 +125,7 @@ def tallied(items, settings, parallel: int):
                 for one in counts.values():
                     one.add(f.result())
         log.info("tallies of %d table(s) in %.1fs", len(spark_batches), time.monotonic() - t0)
-    yield from ((t, n, None if b is None else b.full(), counts.get(t.name)) for t, n, b in held)
+    yield from ((t, n, b, counts.get(t.name)) for t, n, b in held)  # b.full(), GX's batch, built only if GX needs it
 
 
 def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> dict:
