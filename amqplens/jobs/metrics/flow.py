@@ -54,17 +54,21 @@ def _cut(iv, caps, bucket_s: int):
     from pyspark.sql import functions as F
 
     b = bucket_s * 1_000_000
-    # rows: one caps row per capture; then each interval in at most 2 buckets: rows <= 3 x intervals
+    # rows: one caps row per capture; then each interval in at most 2 buckets and the whole: rows <= 3 x intervals.
+    # One explode for both (a null bucket start is the whole capture): as a union of two selects of the intervals,
+    # Spark computed the intervals' window twice (the 300 MB lake's state metrics: 25-34 JVM CPU s)
     iv = iv.drop("capture_date").join(caps.select("capture_id", "capture_date", "first_ts"), "capture_id")
     s0 = F.floor(F.col("t0") / b) * b
     s1 = F.floor(F.greatest(F.col("t1") - 1, F.col("t0")) / b) * b
-    per_bucket = (iv.select("*", F.explode(F.array_distinct(F.array(s0, s1))).alias("bs"))
-                  .withColumn("overlap_us", F.greatest(F.lit(0), F.least(F.col("t1"), F.col("bs") + b) - F.greatest("t0", "bs")))
-                  .withColumn("bucket_start", F.timestamp_micros("bs")).withColumn("bucket_seconds", F.lit(bucket_s)).drop("bs"))
-    whole = (iv.withColumn("overlap_us", F.col("t1") - F.col("t0"))
-             .withColumn("bucket_start", F.coalesce("first_ts", F.timestamp_micros(F.lit(0))))
-             .withColumn("bucket_seconds", F.lit(0)))
-    return per_bucket.unionByName(whole).withColumn("bucket_seconds", F.col("bucket_seconds").cast("int"))
+    starts = F.concat(F.array_distinct(F.array(s0, s1)), F.array(F.lit(None).cast("long")))
+    whole = F.col("bs").isNull()
+    return (iv.select("*", F.explode(starts).alias("bs"))
+            .withColumn("overlap_us", F.when(whole, F.col("t1") - F.col("t0")).otherwise(
+                F.greatest(F.lit(0), F.least(F.col("t1"), F.col("bs") + b) - F.greatest("t0", "bs"))))
+            .withColumn("bucket_start", F.when(whole, F.coalesce("first_ts", F.timestamp_micros(F.lit(0))))
+                        .otherwise(F.timestamp_micros("bs")))
+            .withColumn("bucket_seconds", F.when(whole, F.lit(0)).otherwise(F.lit(bucket_s)).cast("int"))
+            .drop("bs"))
 
 
 def _state_metrics(flow_events, connections, frames, caps, bucket_s: int):
