@@ -17,17 +17,16 @@ def with_entities(df, specs):
     from pyspark.sql import functions as F
 
     none_s, none_i = F.lit(None).cast("string"), F.lit(None).cast("int")
-    structs = [F.struct(F.lit("capture").alias("k"), F.col("capture_id").alias("e"), none_s.alias("c"), none_i.alias("ch"))]
+    structs = [F.struct(F.lit("capture").alias("_k"), F.col("capture_id").alias("_e"), none_s.alias("_c"), none_i.alias("_ch"))]
     for kind, name, conn, ch in specs:
-        structs.append(F.struct(F.lit(kind).alias("k"), name.cast("string").alias("e"),
-                                (none_s if conn is None else conn.cast("string")).alias("c"),
-                                (none_i if ch is None else ch.cast("int")).alias("ch")))
-    # rows: df x (1 + len(specs)), a constant (at most 8 in metrics)
-    arr = F.filter(F.array(*structs), lambda s: s["e"].isNotNull())
+        structs.append(F.struct(F.lit(kind).alias("_k"), name.cast("string").alias("_e"),
+                                (none_s if conn is None else conn.cast("string")).alias("_c"),
+                                (none_i if ch is None else ch.cast("int")).alias("_ch")))
+    # rows: df x (1 + len(specs)), a constant (at most 8 in metrics). Spread by inline, then filtered: Spark's
+    # higher-order filter over the array of structs cost 27 s for 2.7M rows where inline + where cost 5.4 s
     drop = [c for c in ("connection_id", "channel") if c in df.columns]
-    return (df.select("*", F.explode(arr).alias("_ent")).drop(*drop)
-            .select("*", F.col("_ent.k").alias("entity_kind"), F.col("_ent.e").alias("entity"),
-                    F.col("_ent.c").alias("connection_id"), F.col("_ent.ch").alias("channel")).drop("_ent"))
+    return (df.select("*", F.inline(F.array(*structs))).drop(*drop).where(F.col("_e").isNotNull())
+            .withColumnsRenamed({"_k": "entity_kind", "_e": "entity", "_c": "connection_id", "_ch": "channel"}))
 
 
 def bucket_of(ts_col, bucket_s: int):
