@@ -206,3 +206,31 @@ def test_split_plan_numbers_each_split_s_first_line(spark):
 def test_run_needs_captures_or_logs(tmp_path, capsys):
     assert cli.main(["run", "--lake", str(tmp_path / "lake")]) == 2
     assert "run needs --input, --logs or both" in capsys.readouterr().err
+
+
+def test_validate_on_spark_and_on_pandas_agree_on_logs_and_the_connections_they_name(spark, lake, tmp_path):
+    """A log's rows may name any capture's connection (broker_events.connection_id, held to the whole connections
+    table): the Spark path counts those references in a job of their own (amqplens/jobs/validate/quality.py:
+    reference_jobs, one anti join per referenced table) and must observe what the pandas path observes, row counts
+    and every expectation's outcome, on these captures, logs, traces and the failed capture beside them."""
+    import shutil
+
+    from amqplens.config import load_config
+    from amqplens.jobs import validate
+
+    copy = tmp_path / "lake"
+    shutil.copytree(lake["root"] / "lake", copy, ignore=shutil.ignore_patterns("_quality"))
+    conf = load_config().with_overrides(lake__root=str(copy))
+
+    def summary(**overrides):
+        try:
+            return validate.run(spark, conf.with_overrides(**overrides), run_id="_".join(map(str, overrides.values())) or "p")
+        except validate.ValidationFailed as failed:
+            return failed.summary
+
+    on_pandas, on_spark = summary(), summary(validate__pandas_max_rows=0)
+    assert on_pandas["rows"]["broker_events"] > 0 and on_pandas["rows"] == on_spark["rows"]
+    names = {e["name"] for e in on_spark["expectations"]}
+    assert {"broker_events.ref.connection_id", "deliveries.ref.frame_ids", "flow_events.ref.frame_id"} <= names
+    assert [(e["name"], e["success"], e["observed"]) for e in on_spark["expectations"]] == \
+        [(e["name"], e["success"], e["observed"]) for e in on_pandas["expectations"]]

@@ -114,7 +114,6 @@ class Suites:
         the checks it does not pass by GX on ``df`` (cached for them only)."""
         from amqplens.contracts.expectations import checks, tally_suite
         from amqplens.jobs.validate import tally
-
         from amqplens.jobs.validate.quality import SparkBatch
 
         if counted is None:
