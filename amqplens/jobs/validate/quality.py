@@ -114,6 +114,9 @@ def with_reference(t: Table, df, column: str, target):
             .withColumn(out, F.when(F.col(column).isNotNull() & F.col("_ref").isNull(), F.col(column))).drop("_ref"))
 
 
+BROADCAST_KEYS = 1_000_000  # a reference target of at most this many keys is broadcast (a hashed relation of about 80 MB)
+
+
 def reference_jobs(tables: "RunTables", names: list[str]) -> list:
     """The reference checks of tables ``names`` (``ex.references``) counted without a join per table: one Spark job per
     target (frames, connections; of the run's slice, or of the whole table for a log's rows), each a callable
@@ -146,6 +149,11 @@ def reference_jobs(tables: "RunTables", names: list[str]) -> list:
         def count() -> dict[str, int]:
             (key,) = table(target).key
             keys = (tables.store.read(target) if whole else tables.slices[target]).select(F.col(key).alias("_ref"))
+            # Spark's size estimate of one key column of a wide table is small at any size, so it broadcast the frames'
+            # keys: at 1 GB (6.2M keys) the executor could not allocate the hashed relation. A target broadcasts only
+            # when the Delta log says it holds few keys; else a sort-merge join, which spills
+            few = not whole and tables.store.rows(target, tables.ids) <= BROADCAST_KEYS
+            keys = keys.hint("broadcast" if few else "merge")
             tagged = functools.reduce(lambda a, b: a.unionByName(b), (
                 values.select(F.lit(i).alias("_tag"), "_value") for i, (_, values) in enumerate(items)))
             # rows: the anti join keeps at most the tagged values; the group-by one row per check
@@ -208,7 +216,7 @@ class RunTables:
     def __init__(self, store, ids: list[str]):
         from pyspark.sql import functions as F
 
-        self.store = store
+        self.store, self.ids = store, ids
         self.slices = {name: store.read(name).where(F.col(t.replace_by[0]).isin(ids)) for name, t in ALL_TABLES.items()}
         self._cached: dict = {}
 
