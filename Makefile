@@ -27,7 +27,9 @@ java:
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,notebooks]'
+	@# setuptools' editable build warns, as a banner on every install, that a folder named like the package may shadow it:
+	@# amqplens/ here is that package (issue 36.10: install noise a newcomer cannot act on)
+	PYTHONWARNINGS='ignore:Editable install' $(PY) -m pip install -q -e '.[dev,notebooks]'
 	$(PY) -m amqplens.decode.v0_9_1.warm
 	$(PY) -m amqplens.jvm_archive
 	@touch $(STAMP)
