@@ -12,6 +12,8 @@ notebooks (``amqplens/explore.py``) and SQL users.
 
 from __future__ import annotations
 
+import re
+
 
 def endpoint(ip, port):
     """``a.b.c.d:p``, ``[::1]:p`` for IPv6 (the form RabbitMQ prints)."""
@@ -37,8 +39,23 @@ def connection_labels(connections):
     return connections.select("connection_id", F.concat(ends, quoted).alias("conn_label"))
 
 
+def cap_label(path: str | None) -> str | None:
+    """A capture's label: the file name of its path (the part after the last / or \\); what ``label_maps``' regex takes."""
+    if path is None:
+        return None
+    m = re.search(r"[^/\\]+$", path)
+    return m.group(0) if m else ""
+
+
+def cap_labels(paths: dict) -> dict:
+    """{capture_id: path} -> {capture_id: label}."""
+    return {cid: cap_label(path) for cid, path in paths.items()}
+
+
 def label_maps(captures, connections, frames) -> dict:
     """The small tables ``with_labels`` joins, each with at most one row per key (bounds written beside each).
+
+    ``captures``: the captures table, or {capture_id: path} of the captures the rows belong to (read on the driver).
 
     ``frames``: at least the basic.consume and attach frames (the metrics job passes its cached control frames).
     Each map is cached (not checkpointed) and joined into all four metric tables; their queries start together
@@ -48,8 +65,10 @@ def label_maps(captures, connections, frames) -> dict:
     from pyspark.sql import functions as F
 
     return {
-        # one row per capture
-        "capture": captures.select("capture_id", F.regexp_extract("path", r"[^/\\]+$", 0).alias("cap_label")),
+        # one row per capture; or {capture_id: label} from a path lookup the caller made on the driver (``cap_labels``),
+        # which ``with_labels`` reads as a literal map: no broadcast join, one Spark job fewer per table it labels
+        "capture": (cap_labels(captures) if isinstance(captures, dict) else
+                    captures.select("capture_id", F.regexp_extract("path", r"[^/\\]+$", 0).alias("cap_label"))),
         # one row per connection
         "connection": connection_labels(connections).cache(),
         # one row per (connection, consumer tag): <= basic.consume frames
@@ -94,9 +113,16 @@ def with_labels(df, maps: dict):
     cons = maps["consumer"].withColumnRenamed("connection_id", "_c").withColumnRenamed("consumer_tag", "_tag")
     links = (maps["link"].withColumnRenamed("connection_id", "_lc").withColumnRenamed("channel", "_lch")
              .withColumn("_handle", F.concat(F.lit("handle "), F.col("handle").cast("string"))).drop("handle"))
+    caps = maps["capture"]
+    if isinstance(caps, dict):
+        # a literal map (constant-folded into one value by Spark's optimizer): one entry per capture of the run
+        label = (F.create_map(*(F.lit(v) for kv in caps.items() for v in kv))[F.col("capture_id")] if caps
+                 else F.lit(None).cast("string"))
+        rows = rows.withColumn("cap_label", label)
+    else:
+        # <= 1 capture row per capture_id: rows unchanged
+        rows = rows.join(F.broadcast(caps), "capture_id", "left")
     rows = (rows
-            # <= 1 capture row per capture_id: rows unchanged
-            .join(F.broadcast(maps["capture"]), "capture_id", "left")
             # <= 1 label per connection_id: rows unchanged
             .join(F.broadcast(maps["connection"]), "connection_id", "left")
             # <= 1 queue per (connection, consumer tag): rows unchanged

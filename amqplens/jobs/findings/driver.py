@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import re
 import urllib.parse
 
 import pandas as pd
@@ -29,6 +28,7 @@ from amqplens.contracts import table as table_def
 from amqplens.jobs.findings.errors import ERROR_KIND
 from amqplens.jobs.findings.inputs import CONNECTION_COLUMNS, CONTROL_COLUMNS, DELIVERY_COLUMNS, FLOW_COLUMNS
 from amqplens.jobs.findings.settlement import OUTCOME_KIND
+from amqplens.jobs.labels import cap_label
 
 log = logging.getLogger(__name__)
 
@@ -261,19 +261,12 @@ def label_maps(inp: DriverInputs, connection_ids: set) -> dict:
                    & (ctl["consumer_tag"] != "")).fillna(False)]
     attach = ctl[((ctl["performative"] == "attach") & ctl["handle"].notna()).fillna(False)]
     return {
-        "capture": {c["capture_id"]: _cap_label(c["path"]) for c in records(inp.captures[["capture_id", "path"]])},
+        "capture": {c["capture_id"]: cap_label(c["path"]) for c in records(inp.captures[["capture_id", "path"]])},
         "connection": connection_labels(conns[conns["connection_id"].isin(list(connection_ids))]),
         "consumer": first_non_null(consume, ["connection_id", "consumer_tag"], "queue"),
         "link": {(cid, ch, f"handle {h}"): name
                  for (cid, ch, h), name in first_non_null(attach, ["connection_id", "channel", "handle"], "link_name").items()},
     }
-
-
-def _cap_label(path):
-    if path is None:
-        return None
-    m = re.search(r"[^/\\]+$", path)
-    return m.group(0) if m else ""
 
 
 def label(r: dict, maps: dict) -> str | None:

@@ -57,7 +57,9 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     control = control_frames(frames).cache()
     deliveries = deliveries_with_queue(read("deliveries").select(*DELIVERY_COLUMNS), control).cache()
     connections = read("connections")
-    labels = label_maps(read("captures"), connections, control)
+    # the captures' labels from the paths read above on the driver: a literal map in each table's query, not a join
+    paths = {c["capture_id"]: c["path"] for c in store.read_arrow("captures", ["capture_id", "path"], list(pending)).to_pylist()}
+    labels = label_maps(paths, connections, control)
     bucket_s = conf["metrics.bucket"]
     # repeats counted before spreading (latencies, heartbeats) when there are enough rows for it to pay
     counted = store.rows("frames", pending) + store.rows("deliveries", pending) >= conf["metrics.count_repeats_from_rows"]
@@ -92,6 +94,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
         else:
             spark.conf.set(arrow_bytes, before)
         for df in (control, deliveries, *labels.values()):
-            df.unpersist()
+            if not isinstance(df, dict):  # the captures' labels are a literal map
+                df.unpersist()
     # its last table marks the captures done: not committed here, another run at the same time committed them first
     return list(pending) if done["metrics_errors"] else []
