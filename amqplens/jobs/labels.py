@@ -53,33 +53,41 @@ def cap_labels(paths: dict) -> dict:
 
 
 def label_maps(captures, connections, frames) -> dict:
-    """The small tables ``with_labels`` joins, each with at most one row per key (bounds written beside each).
+    """The small tables ``with_labels`` looks labels up in, each with at most one row per key (bounds written beside each).
 
     ``captures``: the captures table, or {capture_id: path} of the captures the rows belong to (read on the driver).
-
     ``frames``: at least the basic.consume and attach frames (the metrics job passes its cached control frames).
-    Each map is cached (not checkpointed) and joined into all four metric tables; their queries start together
-    (``metrics.concurrent_tables``), so more than one may compute a map before the cache holds it: a few rows per
-    connection, consumer or link, cheaper than a checkpoint's job of its own before them.
+
+    The connections' labels, their consumers' queues and their links' attach names are one table of one row per
+    connection (the consumers and links as maps in it), so a metric table takes its labels in one broadcast join;
+    as three joins, each was a Spark job of its own in each of the four metric tables' queries (of the 56 jobs of a
+    small lake's metrics stage). It is cached (not checkpointed) and joined into all four metric tables; their queries
+    start together (``metrics.concurrent_tables``), so more than one may compute it before the cache holds it: a few
+    rows per connection, cheaper than a checkpoint's job of its own before them.
     """
     from pyspark.sql import functions as F
 
+    # one row per (connection, consumer tag): <= basic.consume frames
+    consumers = (frames.where((F.col("class_name") == "basic") & (F.col("method_name") == "consume")
+                              & F.col("consumer_tag").isNotNull() & (F.col("consumer_tag") != ""))
+                 .groupBy("connection_id", "consumer_tag").agg(F.first("queue", ignorenulls=True).alias("_queue")))
+    # one row per (connection, channel, handle): <= attach frames (a link without a channel matches no metric row)
+    links = (frames.where((F.col("performative") == "attach") & F.col("handle").isNotNull() & F.col("channel").isNotNull())
+             .groupBy("connection_id", "channel", "handle").agg(F.first("link_name", ignorenulls=True).alias("_name")))
+    # one row per connection each: its consumers' queues by tag; its links' names by "<channel>/handle <handle>"
+    # (distinct keys: the groups above; a channel's digits hold no "/")
+    queues = consumers.groupBy("connection_id").agg(
+        F.map_from_entries(F.collect_list(F.struct("consumer_tag", "_queue"))).alias("_queues"))
+    names = links.groupBy("connection_id").agg(F.map_from_entries(F.collect_list(F.struct(
+        F.concat(F.col("channel").cast("string"), F.lit("/handle "), F.col("handle").cast("string")), "_name"))).alias("_names"))
     return {
         # one row per capture; or {capture_id: label} from a path lookup the caller made on the driver (``cap_labels``),
         # which ``with_labels`` reads as a literal map: no broadcast join, one Spark job fewer per table it labels
         "capture": (cap_labels(captures) if isinstance(captures, dict) else
                     captures.select("capture_id", F.regexp_extract("path", r"[^/\\]+$", 0).alias("cap_label"))),
-        # one row per connection
-        "connection": connection_labels(connections).cache(),
-        # one row per (connection, consumer tag): <= basic.consume frames
-        "consumer": (frames.where((F.col("class_name") == "basic") & (F.col("method_name") == "consume")
-                                  & F.col("consumer_tag").isNotNull() & (F.col("consumer_tag") != ""))
-                     .groupBy("connection_id", "consumer_tag")
-                     .agg(F.first("queue", ignorenulls=True).alias("consumer_queue")).cache()),
-        # one row per (connection, channel, handle): <= attach frames
-        "link": (frames.where((F.col("performative") == "attach") & F.col("handle").isNotNull())
-                 .groupBy("connection_id", "channel", "handle")
-                 .agg(F.first("link_name", ignorenulls=True).alias("attach_name")).cache()),
+        # one row per connection: full joins on connection_id, at most one row per connection on every side
+        "connection": (connection_labels(connections).join(queues, "connection_id", "full")
+                       .join(names, "connection_id", "full").cache()),
     }
 
 
@@ -110,9 +118,6 @@ def with_labels(df, maps: dict):
     rows = df.withColumn("_tail", F.when(F.col("entity_kind").isin("consumer", "link"),
                                          F.expr("substring(entity, length(connection_id) + length(cast(channel as string)) + 3)")))
     is_consumer, is_link = F.col("entity_kind") == "consumer", F.col("entity_kind") == "link"
-    cons = maps["consumer"].withColumnRenamed("connection_id", "_c").withColumnRenamed("consumer_tag", "_tag")
-    links = (maps["link"].withColumnRenamed("connection_id", "_lc").withColumnRenamed("channel", "_lch")
-             .withColumn("_handle", F.concat(F.lit("handle "), F.col("handle").cast("string"))).drop("handle"))
     caps = maps["capture"]
     if isinstance(caps, dict):
         # a literal map (constant-folded into one value by Spark's optimizer): one entry per capture of the run
@@ -122,12 +127,10 @@ def with_labels(df, maps: dict):
     else:
         # <= 1 capture row per capture_id: rows unchanged
         rows = rows.join(F.broadcast(caps), "capture_id", "left")
-    rows = (rows
-            # <= 1 label per connection_id: rows unchanged
-            .join(F.broadcast(maps["connection"]), "connection_id", "left")
-            # <= 1 queue per (connection, consumer tag): rows unchanged
-            .join(F.broadcast(cons), is_consumer & (F.col("connection_id") == F.col("_c")) & (F.col("_tail") == F.col("_tag")), "left")
-            # <= 1 attach name per (connection, channel, handle): rows unchanged
-            .join(F.broadcast(links), is_link & (F.col("connection_id") == F.col("_lc")) & (F.col("channel") == F.col("_lch"))
-                  & (F.col("_tail") == F.col("_handle")), "left"))
+    # <= 1 row per connection_id: rows unchanged. A consumer's queue by its tag, a link's attach name by its channel
+    # and handle, each in its connection's map (a key the map lacks gives null)
+    rows = (rows.join(F.broadcast(maps["connection"]), "connection_id", "left")
+            .withColumn("consumer_queue", F.when(is_consumer, F.col("_queues")[F.col("_tail")]))
+            .withColumn("attach_name", F.when(is_link, F.col("_names")[
+                F.concat(F.col("channel").cast("string"), F.lit("/"), F.col("_tail"))])))
     return rows.withColumn("entity_label", F.coalesce(_label(F), "entity")).select(*cols)
