@@ -40,22 +40,17 @@ def connection_labels(connections):
 
 
 def cap_label(path: str | None) -> str | None:
-    """A capture's label: the file name of its path (the part after the last / or \\); what ``label_maps``' regex takes."""
+    """A capture's label: the file name of its path (the part after the last / or \\); the same in the findings driver's labels."""
     if path is None:
         return None
     m = re.search(r"[^/\\]+$", path)
     return m.group(0) if m else ""
 
 
-def cap_labels(paths: dict) -> dict:
-    """{capture_id: path} -> {capture_id: label}."""
-    return {cid: cap_label(path) for cid, path in paths.items()}
-
-
-def label_maps(captures, connections, frames) -> dict:
+def label_maps(captures: dict, connections, frames) -> dict:
     """The small tables ``with_labels`` looks labels up in, each with at most one row per key (bounds written beside each).
 
-    ``captures``: the captures table, or {capture_id: path} of the captures the rows belong to (read on the driver).
+    ``captures``: {capture_id: path} of the captures the rows belong to, read on the driver (no Spark job).
     ``frames``: at least the basic.consume and attach frames (the metrics job passes its cached control frames).
 
     The connections' labels, their consumers' queues and their links' attach names are one table of one row per
@@ -81,10 +76,8 @@ def label_maps(captures, connections, frames) -> dict:
     names = links.groupBy("connection_id").agg(F.map_from_entries(F.collect_list(F.struct(
         F.concat(F.col("channel").cast("string"), F.lit("/handle "), F.col("handle").cast("string")), "_name"))).alias("_names"))
     return {
-        # one row per capture; or {capture_id: label} from a path lookup the caller made on the driver (``cap_labels``),
-        # which ``with_labels`` reads as a literal map: no broadcast join, one Spark job fewer per table it labels
-        "capture": (cap_labels(captures) if isinstance(captures, dict) else
-                    captures.select("capture_id", F.regexp_extract("path", r"[^/\\]+$", 0).alias("cap_label"))),
+        # {capture_id: label}, which ``with_labels`` reads as a literal map: no broadcast join, one Spark job fewer per table
+        "capture": {cid: cap_label(path) for cid, path in captures.items()},
         # one row per connection: full joins on connection_id, at most one row per connection on every side
         "connection": (connection_labels(connections).join(queues, "connection_id", "full")
                        .join(names, "connection_id", "full").cache()),
@@ -119,14 +112,9 @@ def with_labels(df, maps: dict):
                                          F.expr("substring(entity, length(connection_id) + length(cast(channel as string)) + 3)")))
     is_consumer, is_link = F.col("entity_kind") == "consumer", F.col("entity_kind") == "link"
     caps = maps["capture"]
-    if isinstance(caps, dict):
-        # a literal map (constant-folded into one value by Spark's optimizer): one entry per capture of the run
-        label = (F.create_map(*(F.lit(v) for kv in caps.items() for v in kv))[F.col("capture_id")] if caps
-                 else F.lit(None).cast("string"))
-        rows = rows.withColumn("cap_label", label)
-    else:
-        # <= 1 capture row per capture_id: rows unchanged
-        rows = rows.join(F.broadcast(caps), "capture_id", "left")
+    # a literal map (constant-folded into one value by Spark's optimizer): one entry per capture of the run
+    rows = rows.withColumn("cap_label", F.create_map(*(F.lit(v) for kv in caps.items() for v in kv))[F.col("capture_id")]
+                           if caps else F.lit(None).cast("string"))
     # <= 1 row per connection_id: rows unchanged. A consumer's queue by its tag, a link's attach name by its channel
     # and handle, each in its connection's map (a key the map lacks gives null)
     rows = (rows.join(F.broadcast(maps["connection"]), "connection_id", "left")

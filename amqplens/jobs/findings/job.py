@@ -108,12 +108,13 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
             return ids if done else []
     caps = store.read("captures").select("capture_id", "capture_date", "first_ts", "last_ts").where(F.col("capture_id").isin(ids))
     inp = inputs(store, conf, ids)
-    labels = label_maps(inp.read("captures"), inp.connections, inp.control)
+    paths = {c["capture_id"]: c["path"] for c in store.read_arrow("captures", ["capture_id", "path"], ids).to_pylist()}
+    labels = label_maps(paths, inp.connections, inp.control)
     try:
         raw = raw_findings(spark, inp, conf["metrics.concurrent_tables"])
         done = store.write(JOB, findings(inp, caps, labels, raw), units=pending, run_id=run_id)
         log.info("findings: %d captures, through Spark (findings.engine=%s)", len(ids), engine)
     finally:
-        for df in (*inp.cached(), *labels.values()):
+        for df in (*inp.cached(), labels["connection"]):
             df.unpersist()
     return ids if done else []

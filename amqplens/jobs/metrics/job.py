@@ -43,7 +43,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
 
     run_id = run_id or uuid.uuid4().hex[:12]
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
-    found = store.read_arrow("captures", ["capture_id", "decoder_version"], capture_ids).to_pylist()  # no Spark job
+    found = store.read_arrow("captures", ["capture_id", "decoder_version", "path"], capture_ids).to_pylist()  # no Spark job
     units = {c["capture_id"]: app_id(c["capture_id"], c["decoder_version"], conf) for c in found}
     pending = {cid: a for cid, a in units.items() if not store.committed("metrics_errors", a)}
     if not pending:
@@ -57,9 +57,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     control = control_frames(frames).cache()
     deliveries = deliveries_with_queue(read("deliveries").select(*DELIVERY_COLUMNS), control).cache()
     connections = read("connections")
-    # the captures' labels from the paths read above on the driver: a literal map in each table's query, not a join
-    paths = {c["capture_id"]: c["path"] for c in store.read_arrow("captures", ["capture_id", "path"], list(pending)).to_pylist()}
-    labels = label_maps(paths, connections, control)
+    labels = label_maps({c["capture_id"]: c["path"] for c in found if c["capture_id"] in pending}, connections, control)
     bucket_s = conf["metrics.bucket"]
     # repeats counted before spreading (latencies, heartbeats) when there are enough rows for it to pay
     counted = store.rows("frames", pending) + store.rows("deliveries", pending) >= conf["metrics.count_repeats_from_rows"]
@@ -93,8 +91,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
             spark.conf.unset(arrow_bytes)
         else:
             spark.conf.set(arrow_bytes, before)
-        for df in (control, deliveries, *labels.values()):
-            if not isinstance(df, dict):  # the captures' labels are a literal map
-                df.unpersist()
+        for df in (control, deliveries, labels["connection"]):
+            df.unpersist()
     # its last table marks the captures done: not committed here, another run at the same time committed them first
     return list(pending) if done["metrics_errors"] else []
