@@ -1,6 +1,7 @@
 """amqplens.jobs.metrics.grouped.group_table: metrics_latency's groups from route rows, checked against plain Python
 (a dict of groups, numpy's linear percentile) on wild rows: null values, buckets, dialects, methods and channels,
-values at the ends of int64's range that still sum, empty entity names, a route with every entity null. No JVM."""
+values at the ends of int64's range that still sum, empty entity names, a route with every entity null; and the same
+rows counted (each with its ``_n``, as the metrics job hands them on above ``metrics.count_repeats_from_rows``). No JVM."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def _rows(seed: int, n: int) -> list[dict]:
 
 def _oracle(rows: list[dict], bucket_s: int) -> dict:
     groups = collections.defaultdict(list)
-    for row in rows:
+    for row in (r for r in rows for _ in range(r.get("_n", 1))):
         for kind, ent, conn, ch in ROUTES[row["_r"]]:
             name = row[ent]
             if name is None:
@@ -51,10 +52,17 @@ def _oracle(rows: list[dict], bucket_s: int) -> dict:
     return groups
 
 
-@pytest.mark.parametrize("seed,n", [(1, 1), (2, 40), (3, 3000)])
-def test_group_table_against_plain_python(seed, n):
+@pytest.mark.parametrize("seed,n,counted", [(1, 1, False), (2, 40, False), (3, 3000, False), (4, 1, True), (5, 40, True),
+                                             (6, 3000, True)])
+def test_group_table_against_plain_python(seed, n, counted):
     rows = _rows(seed, n)
-    out = group_table(pa.Table.from_pylist(rows, schema=ROUTE_SCHEMA), 60).to_pylist()
+    schema = ROUTE_SCHEMA
+    if counted:
+        # weights of 1 to 6, some rows alike (the same values twice, as separate counted rows in separate batches)
+        rng = np.random.default_rng(seed)
+        rows = [r | {"_n": int(rng.integers(1, 7))} for r in rows + rows[: n // 3]]
+        schema = schema.append(pa.field("_n", pa.int64()))
+    out = group_table(pa.Table.from_pylist(rows, schema=schema), 60).to_pylist()
     want = _oracle(rows, 60)
     got = {(r["_ci"], r["bucket_us"], r["bucket_seconds"], r["entity_kind"], r["entity"], r["connection_id"], r["channel"],
             r["dialect"], r["metric"], r["direction"], r["method"]): r for r in out}

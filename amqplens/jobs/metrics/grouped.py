@@ -74,11 +74,12 @@ def combine(parts: list[tuple[np.ndarray, int]]) -> np.ndarray:
     return gid
 
 
-def _percentiles(v: np.ndarray, starts: np.ndarray, n: np.ndarray, q: float) -> np.ndarray:
-    """Spark's ``percentile`` of each group's n sorted values v[start:start+n] (n >= 1), in float64 as Python does it."""
+def _percentiles(at, n: np.ndarray, q: float) -> np.ndarray:
+    """Spark's ``percentile`` of each group's n sorted values (n >= 1; ``at(ranks)``: each group's value of a 0-based
+    rank), in float64 as Python does it."""
     pos = (n - 1) * q
     lo, hi = np.floor(pos).astype(np.int64), np.ceil(pos).astype(np.int64)
-    a, b = v[starts + lo].astype(np.float64), v[starts + hi].astype(np.float64)
+    a, b = at(lo).astype(np.float64), at(hi).astype(np.float64)
     return np.where(lo == hi, a, (hi - pos) * a + (pos - lo) * b)
 
 
@@ -143,17 +144,24 @@ def group_table(t: pa.Table, bucket_s: int) -> pa.RecordBatch:
     value = t.column("value_us").chunk(0)
     null = ~value.is_valid().to_numpy(zero_copy_only=False)[src]
     vals = value.fill_null(0).to_numpy(zero_copy_only=False)[src]
+    # each row stands for _n equal things (counted before the shuffle), 1 without the column
+    weight = (t.column("_n").chunk(0).fill_null(1).to_numpy(zero_copy_only=False).astype(np.int64)[src]
+              if "_n" in t.column_names else np.ones(len(src), np.int64))
     # rows of a group together, its values ascending, the missing ones last
     order = np.lexsort((vals, null, gid))
-    g, vals, null = gid[order], vals[order], null[order]
+    g, vals, null, weight = gid[order], vals[order], null[order], weight[order]
     starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    sizes = np.diff(np.r_[starts, len(g)])
-    count = np.add.reduceat((~null).astype(np.int64), starts)
+    sizes = np.add.reduceat(weight, starts)
+    count = np.add.reduceat(np.where(null, 0, weight), starts)
     has = count > 0
-    total = np.add.reduceat(np.where(null, 0, vals), starts)
+    total = np.add.reduceat(np.where(null, 0, vals * weight), starts)
     safe = np.maximum(count, 1)
     mean = total.astype(np.float64) / safe
-    top = vals[starts + safe - 1]
+    # a group's 0-based rank r is in the row whose weights up to it first pass (the weight before the group) + r
+    upto = np.cumsum(weight)
+    before = upto[starts] - weight[starts]
+    at = lambda rank: vals[np.searchsorted(upto, before + rank, side="right")]  # noqa: E731
+    top = at(safe - 1)
     first = order[starts]
     s, k, w = src[first], kind[first], whole[first]
     # the whole capture's bucket start is the capture's first_ts, which Spark joins back (null here)
@@ -169,7 +177,7 @@ def group_table(t: pa.Table, bucket_s: int) -> pa.RecordBatch:
         "dialect": take("dialect"), "metric": pa.array(np.asarray(("",) + METRICS, object)[take("_m").fill_null(0).to_numpy()], pa.string()),
         "direction": take("direction"), "method": take("method"),
         "count": pa.array(count), "missing": pa.array(sizes - count), "mean_us": stat(mean), "max_us": stat(top),
-        **{f"p{int(q * 100)}_us": stat(_percentiles(vals, starts, safe, q)) for q in (0.5, 0.9, 0.99)},
+        **{f"p{int(q * 100)}_us": stat(_percentiles(at, safe, q)) for q in (0.5, 0.9, 0.99)},
     }
     return pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in OUT_SCHEMA], schema=OUT_SCHEMA)
 

@@ -55,7 +55,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     # rows: the frames that open, consume, close or failed to decode (a few per connection, channel and link,
     # plus the bad ones); the whole frames table is only scanned by flow (column-pruned), never held
     control = control_frames(frames).cache()
-    deliveries = deliveries_with_queue(read("deliveries").select(*DELIVERY_COLUMNS), control).cache()
+    deliveries = deliveries_with_queue(read("deliveries").select(*DELIVERY_COLUMNS), control)
     connections = read("connections")
     labels = label_maps({c["capture_id"]: c["path"] for c in found if c["capture_id"] in pending}, connections, control)
     bucket_s = conf["metrics.bucket"]
@@ -68,7 +68,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     # query's analysis overlap the other queries
     tables = (
         ("metrics_latency", lambda: latency(deliveries, read("request_responses"), connections, control, caps, bucket_s,
-                                            partitions=latency_parts, capture_ids=list(pending))),
+                                            partitions=latency_parts, capture_ids=list(pending), counted=counted)),
         ("metrics_settlement", lambda: settlement(deliveries, caps, bucket_s)),
         ("metrics_flow", lambda: flow(read("flow_events"), connections, frames, caps, bucket_s, counted=counted)),
         ("metrics_errors", lambda: errors(control, read("decode_errors"), caps, bucket_s,  # last: its transaction marks the capture done
@@ -91,7 +91,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
             spark.conf.unset(arrow_bytes)
         else:
             spark.conf.set(arrow_bytes, before)
-        for df in (control, deliveries, labels["connection"]):
+        for df in (control, labels["connection"]):
             df.unpersist()
     # its last table marks the captures done: not committed here, another run at the same time committed them first
     return list(pending) if done["metrics_errors"] else []

@@ -122,7 +122,8 @@ def _routes(measured, caps, bucket_s: int):
         )
         # inline, then the filter: a higher-order F.filter over the array cost 5x the whole spread (27 s against 5 s
         # for 2.7M route rows at 300 MB)
-        out.append(df.select("capture_id", "ts", "dialect", "metric", "direction", "method", "value_us", F.inline(routes))
+        counts = ["_n"] if "_n" in df.columns else []
+        out.append(df.select("capture_id", "ts", "dialect", "metric", "direction", "method", "value_us", *counts, F.inline(routes))
                    .where(F.col("_k").isNotNull()))
     rows = functools.reduce(lambda a, b: a.unionByName(b), out)
     # rows: caps has one row per capture
@@ -203,12 +204,14 @@ def group_stats(batches):
 
 
 def latency(deliveries, requests, connections, frames, caps, bucket_s: int, partitions: int | None = None,
-            capture_ids: list[str] | None = None):
+            capture_ids: list[str] | None = None, counted: bool = False):
     """Exact statistics of every group: each measured thing shuffled once per route (``_routes``), each partition's
     groups spread, sorted and summarised in arrays (``grouped.route_stats``); the same rows as ``latency_reference``.
 
     ``partitions``: of the route shuffle (default twice the cores; the job sizes it by the input's rows so that a task
-    holds about a million route rows). ``capture_ids``: the captures in ``caps`` when the caller knows them (else read
+    holds about a million route rows). ``counted``: route rows alike in every column (the value included) are counted
+    into one row with its ``_n`` before the shuffle (map-side), and the pass weighs each row by it: the same rows, and
+    far fewer go to Python where values repeat (the 300 MB lake: 2.66M route rows, 178k distinct). ``capture_ids``: the captures in ``caps`` when the caller knows them (else read
     from ``caps``: a small Spark job, and a warning when ``caps`` carries a broadcast hint).
     """
     from pyspark.sql import functions as F
@@ -226,7 +229,16 @@ def latency(deliveries, requests, connections, frames, caps, bucket_s: int, part
     measured = _measured(deliveries, end_to_end(deliveries, partitions, keep=E2E_COLUMNS), requests, connections, frames)
     n = partitions or spark.sparkContext.defaultParallelism * 2
     # rows: the measured things x <= 4 routes, one shuffle; out: one row per group, joined to its capture's one row
-    out = (_routes(measured, caps, bucket_s).repartition(n, "_ci", "_r", "_k", "_m").drop("_k")
+    if counted:
+        # rows: <= the measured things (a hash aggregate, partial before its shuffle): things alike in their bucket and
+        # every column a route reads, value_us included, counted into one row before they are spread over routes
+        measured = [(df.withColumn("ts", bucket_of(F.col("ts"), bucket_s)).groupBy(*df.columns).agg(F.count("*").alias("_n")),
+                     specs) for df, specs in measured]
+    routes = _routes(measured, caps, bucket_s)
+    if counted:
+        # rows: <= the route rows; the rows alike in every column (a queue's, an exchange's from many connections) summed
+        routes = routes.groupBy(*[c for c in routes.columns if c != "_n"]).agg(F.sum("_n").alias("_n"))
+    out = (routes.repartition(n, "_ci", "_r", "_k", "_m").drop("_k")
            .mapInArrow(functools.partial(route_stats, bucket_s=bucket_s), from_arrow_schema(OUT_SCHEMA))
            .join(caps, "_ci")
            .withColumn("bucket_start", F.when(F.col("bucket_seconds") == 0, F.coalesce("first_ts", F.timestamp_micros(F.lit(0))))
