@@ -10,7 +10,8 @@ route key, metric), so every group (capture, bucket, entity, metric, direction, 
    bucket and the whole capture (rows: route rows x <= 4 entities x 2);
 2. numbers each group (its key columns factorised once per route row, then combined in mixed radix);
 3. sorts by (group, value missing, value) and reads, per run of a group: count, missing, mean, max, and p50, p90,
-   p99 exact, linear between the closest ranks in Spark's ``percentile`` arithmetic (``percentiles._percentile``
+   p99 exact (a route row may stand for ``_n`` alike things, counted before the shuffle: each row weighs ``_n``, a
+   rank is found in the running sum of the weights), linear between the closest ranks in Spark's ``percentile`` arithmetic (``percentiles._percentile``
    does the same for one group; the Spark pipeline it replaced, ``percentiles.latency_reference``, stays as the
    reference the tests compare with row for row).
 
