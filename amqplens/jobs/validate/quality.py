@@ -148,16 +148,30 @@ def reference_jobs(tables: "RunTables", names: list[str]) -> list:
     def job(target: str, whole: bool, items):
         def count() -> dict[str, int]:
             (key,) = table(target).key
-            keys = (tables.store.read(target) if whole else tables.slices[target]).select(F.col(key).alias("_ref"))
+            # each key with its 64-bit hash, a join key before the text: the sort-merge join sorts by the hash first
+            # (a number, compared by its sort prefix), and compares the text only where two hashes are equal. Sorted
+            # by the text alone, the frames' ids ("<32 hex digits of the connection>-s-<offset>") share their first 34
+            # characters within a connection, and every comparison read them (the 300 MB lake's frames job: see
+            # docs/performance.md). Exact either way: a value is kept unless a key equals it, text and hash
+            ref = F.col(key)
+            keys = (tables.store.read(target) if whole else tables.slices[target]).select(
+                F.xxhash64(ref).alias("_refh"), ref.alias("_ref"))
             # Spark's size estimate of one key column of a wide table is small at any size, so it broadcast the frames'
             # keys: at 1 GB (6.2M keys) the executor could not allocate the hashed relation. A target broadcasts only
             # when the Delta log says it holds few keys; else a sort-merge join, which spills
             few = not whole and tables.store.rows(target, tables.ids) <= BROADCAST_KEYS
             keys = keys.hint("broadcast" if few else "merge")
             tagged = functools.reduce(lambda a, b: a.unionByName(b), (
-                values.select(F.lit(i).alias("_tag"), "_value") for i, (_, values) in enumerate(items)))
+                values.select(F.lit(i).alias("_tag"), "_value", F.xxhash64("_value").alias("_valueh"))
+                for i, (_, values) in enumerate(items)))
+            # Spark's optimizer pushes an anti join below a union, one join per branch, each sorting every key again
+            # (the 300 MB lake's frames: 1.85M keys sorted five times). A column the optimizer cannot compute twice
+            # (the partition number, nondeterministic), used above the join, keeps the union under one join
+            tagged = tagged.select("*", F.spark_partition_id().alias("_part"))
             # rows: the anti join keeps at most the tagged values; the group-by one row per check
-            left = tagged.join(keys, tagged["_value"] == keys["_ref"], "left_anti").groupBy("_tag").count().collect()
+            on = (tagged["_valueh"] == keys["_refh"]) & (tagged["_value"] == keys["_ref"])
+            left = (tagged.join(keys, on, "left_anti").groupBy("_tag")
+                    .agg(F.count("*").alias("count"), F.max("_part").alias("_part")).collect())
             found = {r["_tag"]: r["count"] for r in left}
             return {check: int(found.get(i, 0)) for i, (check, _) in enumerate(items)}
         return count
