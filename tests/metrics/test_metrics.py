@@ -406,7 +406,7 @@ def test_counted_repeats_and_the_route_pass_give_the_same_rows_on_every_fixture(
             kinds = {r.entity_kind for r in counted}
             assert {"capture", "connection", "channel", "consumer", "link", "queue", "address", "exchange"} <= kinds, kinds
             assert any(r.missing for r in counted) and any(r["count"] == 0 for r in counted)
-            for parts, weighed in ((None, False), (1, False), (5, False), (None, True), (3, True)):
+            for parts, weighed in ((1, False), (5, False), (3, True)):  # uncounted and counted route rows
                 assert sorted(metrics.latency(*args(name), partitions=parts, counted=weighed).collect()) == counted, parts
     missed = [r for r in store.read("metrics_flow").where("metric = 'missed_heartbeats' and value > 0").collect()]
     assert missed  # the heartbeat fixture's broker once waited 2 s: the slots' gaps are exercised
