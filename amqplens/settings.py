@@ -397,6 +397,16 @@ class ReportSettings(_Section):
     connection_pages: Annotated[int, *Int(0)] = setting(
         20, "connections with a page of their own: those that ended in an error, then the busiest (by frames)")
     max_points: Annotated[int, *Int(10)] = setting(2000, "points per series over time; beyond, each interval keeps its maximum")
+    engine: Annotated[str, *Choice("auto", "driver", "spark")] = setting(
+        "auto", "where the report's queries run: `driver` (pyarrow reads of the columns each needs, Arrow and pandas: no "
+        "Spark job), `spark` (Spark queries: the reference), `auto` = the driver while the rows its reads keep fit "
+        "`report.driver_max_rows`, else Spark. The same pages either way (a test compares them on the fixtures' lake); "
+        "the latency figure's quantiles are exact on the driver and within 1/10000 of the rank through Spark for a kind "
+        "of 10,000 latencies or more (docs/performance.md, the report on the driver)")
+    driver_max_rows: Annotated[int, *Int(0)] = setting(
+        5_000_000, "`report.engine` auto: the rows the driver's reads may keep (the settled deliveries and request/"
+        "responses, the deliver and transfer events, then aggregates and each page's frames: a few columns each) "
+        "before the report goes to Spark")
 
 
 class ValidateSettings(_Section):

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import logging
 import pathlib
+import types
 from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
@@ -31,7 +33,9 @@ from amqplens.report import png
 from amqplens.config import Config, report_dir
 from amqplens.lake.store import TableStore
 from amqplens.jobs.findings.listing import most_severe
-from amqplens.report.logs import alarm_intervals, broker_event_rows, broker_events_table
+from amqplens.report.logs import alarm_intervals
+
+log = logging.getLogger(__name__)
 
 PLOTLY_JS = "plotly.min.js"
 # Frames per connection page (open/close/attach/... and error closes) and channel.flow changes.
@@ -80,52 +84,39 @@ def page_html(title: str, body: list[str], js: str) -> str:
 <style>{STYLE}</style><script src="{js}"></script></head><body>""", *body, RENDERED, "</body></html>\n"])
 
 
-def top_tables(store, n: int) -> list[tuple[str, str, str, list[str], list[tuple]]]:
-    from pyspark.sql import functions as F
-
-    whole = F.col("bucket_seconds") == 0
-    slow = (store.read("metrics_latency").where(whole & (F.col("metric") == "deliver_settle") & (F.col("entity_kind") == "consumer"))
-            .orderBy(F.desc("p99_us")).limit(n)
-            .select(F.col("entity_label").alias("consumer"), "count", (F.col("p50_us") / 1000).alias("p50 ms"),
-                    (F.col("p99_us") / 1000).alias("p99 ms"), (F.col("max_us") / 1000).alias("max ms")))
-    nacked = (store.read("metrics_settlement").where(whole & F.col("entity_kind").isin("queue", "address")
-                                                      & (F.col("measure") == "outcome") & F.col("value").isin(*data.OUTCOME_BAD))
-              .groupBy("entity_label").agg(F.sum("count").alias("negative"), F.max("messages").alias("messages"))
-              .orderBy(F.desc("negative")).limit(n).withColumnRenamed("entity_label", "queue or address"))
-    starved = (store.read("metrics_flow").where(whole & (F.col("metric") == "zero_credit_us") & (F.col("value") > 0))
-               .orderBy(F.desc("value")).limit(n)
-               .select(F.col("entity_label").alias("link"), (F.col("value") / 1000).alias("ms at zero credit"),
-                       (F.col("observed_us") / 1000).alias("ms observed")))
-    errors = (store.read("metrics_errors").where(whole & (F.col("entity_kind") == "capture"))
-              .groupBy("kind", "raised_by", "code", "condition").agg(F.sum("count").alias("count")).orderBy(F.desc("count")).limit(n))
-    out = []
-    for title, table, where, df in (
-        ("Slowest consumers (deliver -> ack, p99)", "metrics_latency",
-         "bucket_seconds = 0 and metric = 'deliver_settle' and entity_kind = 'consumer', by p99_us", slow),
-        ("Most nacked / rejected queues", "metrics_settlement",
-         "bucket_seconds = 0 and entity_kind in ('queue', 'address') and measure = 'outcome' and value is a nack, reject, "
-         "release or modify", nacked),
-        ("Starved links (time at zero link credit)", "metrics_flow",
-         "bucket_seconds = 0 and metric = 'zero_credit_us' and value > 0", starved),
-        ("Errors", "metrics_errors", "bucket_seconds = 0 and entity_kind = 'capture'", errors),
-        broker_events_table(store, n),
-    ):
-        out.append((title, table, where, df.columns, [tuple(r) for r in df.collect()]))
-    return out
+QUERIES = ("latency_stats", "busiest_series", "entity_labels", "outcomes", "connections", "blocked_and_errors",
+           "lifecycle_frames", "connection_metrics", "top_tables", "broker_event_rows", "alarm_rows")
 
 
-def _figure_queries(store, conf, pool) -> dict:
+def queries(engine: str, store, budget: int | None = None) -> types.SimpleNamespace:
+    """The report's queries of one engine, each bound to what it reads: ``spark`` (amqplens/report/data.py and
+    logs.py: the reference) or ``driver`` (amqplens/report/driver.py; raises ``TooMany`` past ``budget`` rows kept)."""
+    import functools
+
+    from amqplens.report import logs
+
+    if engine == "driver":
+        from amqplens.report import driver
+
+        handle, where = driver.Lake(store, budget), [driver]
+    else:
+        handle, where = store, [data, logs]
+    return types.SimpleNamespace(engine=engine, **{
+        name: functools.partial(next(getattr(m, name) for m in where if hasattr(m, name)), handle) for name in QUERIES})
+
+
+def _figure_queries(q, conf, pool) -> dict:
     """The figures' queries, submitted to ``pool`` (none needs the connections): name -> future of a pandas frame,
     ``labels`` -> future of {entity: entity_label} of the series' channels and links."""
     n, points = conf["report.busiest"], conf["report.max_points"]
-    q = {"stats": pool.submit(data.latency_stats, store),
-         "inflight": pool.submit(data.busiest_series, store, "channel", "deliver", ["in_flight", "prefetch_count"], n, points),
-         "credit": pool.submit(data.busiest_series, store, "link", "transfer", ["link_credit"], n, points),
-         "outcomes": pool.submit(data.outcomes, store)}
+    f = {"stats": pool.submit(q.latency_stats),
+         "inflight": pool.submit(q.busiest_series, "channel", "deliver", ["in_flight", "prefetch_count"], n, points),
+         "credit": pool.submit(q.busiest_series, "link", "transfer", ["link_credit"], n, points),
+         "outcomes": pool.submit(q.outcomes)}
     # after the two it waits for, so that they hold workers of the pool before it does
-    q["labels"] = pool.submit(lambda: data.entity_labels(
-        store, ("channel", "link"), sorted(set(q["inflight"].result().connection_id) | set(q["credit"].result().connection_id))))
-    return q
+    f["labels"] = pool.submit(lambda: q.entity_labels(
+        ("channel", "link"), sorted(set(f["inflight"].result().connection_id) | set(f["credit"].result().connection_id))))
+    return f
 
 
 def _figures(conf, q: dict, conns, blocked, errs, events, alarms, out_dir: pathlib.Path) -> list[Figure]:
@@ -264,14 +255,14 @@ def render_connection(store, c, frames, flows, blocked, errs, lat, out) -> str:
     return page_html(f"amqplens: {c.conn_label}", body, f"../{PLOTLY_JS}")
 
 
-def write_connection_pages(store, conns, blocked, errs, out_dir: pathlib.Path) -> list[pathlib.Path]:
+def write_connection_pages(store, q, conns, blocked, errs, out_dir: pathlib.Path) -> list[pathlib.Path]:
     mine = conns[conns.page]
     ids = list(mine.connection_id)
     if not ids:
         return []
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="amqplens-pages") as pool:  # independent queries
-        lifecycle = pool.submit(data.lifecycle_frames, store, ids, PAGE_EVENT_CAP)
-        metrics = pool.submit(data.connection_metrics, store, ids)
+        lifecycle = pool.submit(q.lifecycle_frames, ids, PAGE_EVENT_CAP)
+        metrics = pool.submit(q.connection_metrics, ids)
         (frames, flows), (lat, out) = lifecycle.result(), metrics.result()
     folder = out_dir / "connections"
     folder.mkdir(exist_ok=True)
@@ -296,25 +287,43 @@ def write_plotly_js(out_dir: pathlib.Path) -> None:
 
 
 def run(spark, conf: Config, out: str | None = None) -> pathlib.Path:
-    """Write <out>/index.html, its PNGs, plotly.min.js and <out>/connections/*.html; returns the overview's path."""
+    """Write <out>/index.html, its PNGs, plotly.min.js and <out>/connections/*.html; returns the overview's path.
+
+    ``report.engine``: the queries on the driver (``driver``), through Spark (``spark``), or on the driver unless the
+    rows they keep pass ``report.driver_max_rows`` (``auto``), when the report is written again through Spark."""
+    from amqplens.jobs.findings.driver import TooMany
+
     store = TableStore(spark, conf["lake.root"])
     out_dir = pathlib.Path(report_dir(conf, out)).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     write_plotly_js(out_dir)
+    engine = conf["report.engine"]
+    if engine != "spark":
+        budget = None if engine == "driver" else conf["report.driver_max_rows"]
+        try:
+            return write(store, conf, out_dir, queries("driver", store, budget))
+        except TooMany as e:
+            log.info("report: %s; through Spark", e)
+    return write(store, conf, out_dir, queries("spark", store))
+
+
+def write(store, conf: Config, out_dir: pathlib.Path, q) -> pathlib.Path:
+    """The report's pages from the queries ``q`` (``queries``)."""
     # Independent queries at once from driver threads: each is a small aggregate whose cost on a small lake is
-    # planning and scheduling, which overlap; the figures' queries start first, as they need no connection list.
-    # The figures draw on a thread of their own (_figures); the connection pages draw with plotly only.
+    # planning and scheduling (Spark) or reading (the driver), which overlap; the figures' queries start first, as
+    # they need no connection list. The figures draw on a thread of their own (_figures); the connection pages draw
+    # with plotly only.
     with ThreadPoolExecutor(max_workers=6, thread_name_prefix="amqplens-report") as pool:
-        queries = _figure_queries(store, conf, pool)
-        top = pool.submit(top_tables, store, conf["report.top_n"])
+        futures = _figure_queries(q, conf, pool)
+        top = pool.submit(q.top_tables, conf["report.top_n"])
         found = pool.submit(most_severe, store, conf["findings.top_n"])
-        conns = data.connections(store, conf["report.connection_pages"])
+        conns = q.connections(conf["report.connection_pages"])
         ids = list(conns.connection_id)
-        logs = pool.submit(lambda: (broker_event_rows(store, ids), alarm_intervals(store)))
-        blocked, errs = data.blocked_and_errors(store, ids, PAGE_EVENT_CAP)
-        pages_written = pool.submit(write_connection_pages, store, conns, blocked, errs, out_dir)
+        logs = pool.submit(lambda: (q.broker_event_rows(ids), alarm_intervals(q.alarm_rows())))
+        blocked, errs = q.blocked_and_errors(ids, PAGE_EVENT_CAP)
+        pages_written = pool.submit(write_connection_pages, store, q, conns, blocked, errs, out_dir)
         events, alarms = logs.result()
-        figures = _figures(conf, queries, conns, blocked, errs, events, alarms, out_dir)
+        figures = _figures(conf, futures, conns, blocked, errs, events, alarms, out_dir)
         pages_written.result()
         tables = top.result()
     page = out_dir / "index.html"

@@ -15,6 +15,11 @@ OUTCOME_BAD = ("nacked_requeue", "nacked_drop", "rejected_requeue", "rejected_dr
 LIFECYCLE_CLASSES = ("connection", "channel", "session")
 LIFECYCLE_PERFORMATIVES = ("open", "begin", "attach", "detach", "end", "close")
 LATENCY_QUANTILES = (0.0, 0.25, 0.5, 0.75, 0.99, 1.0)
+QUANTILE_NAMES = ("min", "q1", "median", "q3", "p99", "max")
+# the columns of a connection the report shows (``connections``)
+CONNECTION_PAGE_COLUMNS = ["connection_id", "capture_id", "conn_label", "dialect", "start_ts", "end_ts", "duration_us",
+                           "frames", "bytes_to_server", "bytes_to_client", "end_reason", "close_code", "close_text",
+                           "close_condition", "errors", "findings", "bad_end"]
 
 
 def _F():
@@ -34,10 +39,10 @@ def latency_stats(store, kinds: int = 25):
     q = F.percentile_approx("us", list(LATENCY_QUANTILES), 10000)
     # one row per kind: dialects x (methods x directions + requests), a few dozen
     pdf = (d.unionByName(r).groupBy("what").agg(F.count("*").alias("n"), q.alias("q"))
-           .orderBy(F.col("q")[2].desc()).limit(kinds).toPandas())
-    for i, name in enumerate(("min", "q1", "median", "q3", "p99", "max")):
+           .orderBy(F.col("q")[2].desc(), "what").limit(kinds).toPandas())
+    for i, name in enumerate(QUANTILE_NAMES):
         pdf[name] = pdf.q.map(lambda v, i=i: v[i] / 1000)
-    return pdf.drop(columns="q").sort_values("median").reset_index(drop=True)
+    return pdf.drop(columns="q").sort_values(["median", "what"], kind="stable").reset_index(drop=True)
 
 
 def busiest_series(store, entity: str, event: str, values: list[str], n: int, points: int):
@@ -110,13 +115,12 @@ def connections(store, pages: int, timeline: int = 40):
          .withColumn("errors", F.coalesce("errors", F.lit(0))).withColumn("findings", F.coalesce("findings", F.lit(0)))
          .withColumn("frames", F.coalesce("frames_to_server", F.lit(0)) + F.coalesce("frames_to_client", F.lit(0)))
          .withColumn("bad_end", (F.col("errors") > 0) | (F.col("end_reason") == "rst") | (F.col("findings") > 0)))
-    cols = ["connection_id", "capture_id", "conn_label", "dialect", "start_ts", "end_ts", "duration_us", "frames",
-            "bytes_to_server", "bytes_to_client", "end_reason", "close_code", "close_text", "close_condition", "errors", "findings", "bad_end"]
+    cols = CONNECTION_PAGE_COLUMNS
     paged = c.orderBy(F.desc("bad_end"), F.desc("findings"), F.desc("frames"), "connection_id").limit(pages).select(*cols, F.lit(True).alias("page"))
     first = c.orderBy("start_ts", "connection_id").limit(timeline).select(*cols, F.lit(False).alias("page"))
     pdf = paged.unionByName(first).toPandas()
-    pdf = pdf.sort_values("page", ascending=False).drop_duplicates("connection_id")
-    return pdf.sort_values(["start_ts", "connection_id"]).reset_index(drop=True)
+    pdf = pdf.sort_values("page", ascending=False, kind="stable").drop_duplicates("connection_id")
+    return pdf.sort_values(["start_ts", "connection_id"], na_position="first", kind="stable").reset_index(drop=True)
 
 
 def blocked_and_errors(store, ids: list[str], cap: int):
@@ -126,14 +130,15 @@ def blocked_and_errors(store, ids: list[str], cap: int):
 
     first = lambda df, *order: df.withColumn("_n", F.row_number().over(  # noqa: E731
         Window.partitionBy("connection_id").orderBy(*order))).where(F.col("_n") <= cap).drop("_n")
+    # <= cap rows per connection of ids; every order here is total (the rows' keys last), so both engines give one order
+    blocked = (first(store.read("flow_events").where((F.col("entity") == "connection") & F.col("connection_id").isin(ids)
+                                                     & F.col("blocked").isNotNull()), "ts", "event_id")
+               .orderBy("ts", "connection_id", "event_id").select("connection_id", "ts", "blocked", "reason").toPandas())
     # <= cap rows per connection of ids
-    blocked = first(store.read("flow_events").where((F.col("entity") == "connection") & F.col("connection_id").isin(ids)
-                                                    & F.col("blocked").isNotNull())
-                    .select("connection_id", "ts", "blocked", "reason"), "ts").orderBy("ts").toPandas()
-    # <= cap rows per connection of ids
-    errs = first(_error_frames(store.read("frames").where(F.col("connection_id").isin(ids)))
-                 .select("connection_id", "ts", "stream_offset", "direction", "channel", "class_name", "method_name",
-                         "performative", "reply_code", "reply_text", "error_condition"), "ts", "stream_offset").orderBy("ts").toPandas()
+    errs = (first(_error_frames(store.read("frames").where(F.col("connection_id").isin(ids))), "ts", "stream_offset", "direction")
+            .orderBy("ts", "connection_id", "direction", "stream_offset")
+            .select("connection_id", "ts", "stream_offset", "direction", "channel", "class_name", "method_name",
+                    "performative", "reply_code", "reply_text", "error_condition").toPandas())
     return blocked, errs
 
 
@@ -147,13 +152,14 @@ def lifecycle_frames(store, ids: list[str], cap: int):
     w = Window.partitionBy("connection_id").orderBy("ts", "direction", "stream_offset")
     # <= cap rows per connection of ids
     frames = (f.withColumn("_n", F.row_number().over(w)).where(F.col("_n") <= cap)
+              .orderBy("ts", "connection_id", "direction", "stream_offset")
               .select("connection_id", "ts", "direction", "channel", "class_name", "method_name", "performative", "handle",
-                      "link_name", "role", "reply_code", "reply_text", "error_condition")
-              .orderBy("ts").toPandas())
+                      "link_name", "role", "reply_code", "reply_text", "error_condition").toPandas())
     fl = store.read("flow_events").where(F.col("connection_id").isin(ids) & F.col("flow_active").isNotNull())
     # <= cap rows per connection of ids
-    flows = (fl.withColumn("_n", F.row_number().over(Window.partitionBy("connection_id").orderBy("ts"))).where(F.col("_n") <= cap)
-             .select("connection_id", "ts", "channel", "flow_active").orderBy("ts").toPandas())
+    flows = (fl.withColumn("_n", F.row_number().over(Window.partitionBy("connection_id").orderBy("ts", "event_id")))
+             .where(F.col("_n") <= cap).orderBy("ts", "connection_id", "event_id")
+             .select("connection_id", "ts", "channel", "flow_active").toPandas())
     return frames, flows
 
 
@@ -162,10 +168,49 @@ def connection_metrics(store, ids: list[str]):
     plus the whole-connection rows (bucket_seconds = 0). Rows: ids x buckets x (metrics + outcomes)."""
     F = _F()
     mine = (F.col("entity_kind") == "connection") & F.col("connection_id").isin(ids)
-    lat = (store.read("metrics_latency").where(mine & (F.col("count") > 0))
+    lat = (store.read("metrics_latency").where(mine & (F.col("count") > 0)).orderBy("bucket_start", "metric_row_id")
            .select("connection_id", "bucket_start", "bucket_seconds", "metric", "method", "direction", "count", "missing",
-                   "p50_us", "p90_us", "p99_us", "max_us").orderBy("bucket_start").toPandas())
-    out = (store.read("metrics_settlement").where(mine & (F.col("measure") == "outcome"))
-           .select("connection_id", "bucket_start", "bucket_seconds", "direction", "value", "count")
-           .orderBy("bucket_start").toPandas())
+                   "p50_us", "p90_us", "p99_us", "max_us").toPandas())
+    out = (store.read("metrics_settlement").where(mine & (F.col("measure") == "outcome")).orderBy("bucket_start", "metric_row_id")
+           .select("connection_id", "bucket_start", "bucket_seconds", "direction", "value", "count").toPandas())
     return lat, out
+
+
+# (key, title, table, where) of each top table; the key names its query in top_tables (both engines)
+TOP_TABLES = (
+    ("slow", "Slowest consumers (deliver -> ack, p99)", "metrics_latency",
+     "bucket_seconds = 0 and metric = 'deliver_settle' and entity_kind = 'consumer', by p99_us"),
+    ("nacked", "Most nacked / rejected queues", "metrics_settlement",
+     "bucket_seconds = 0 and entity_kind in ('queue', 'address') and measure = 'outcome' and value is a nack, reject, "
+     "release or modify"),
+    ("starved", "Starved links (time at zero link credit)", "metrics_flow",
+     "bucket_seconds = 0 and metric = 'zero_credit_us' and value > 0"),
+    ("errors", "Errors", "metrics_errors", "bucket_seconds = 0 and entity_kind = 'capture'"),
+    ("events", "Broker events (server logs)", "broker_events", "event != 'other', per event"),
+)
+
+
+def top_tables(store, n: int) -> list[tuple[str, str, str, list[str], list[tuple]]]:
+    """(title, table, where, columns, rows) of each top-N table (n rows each); ties broken by the label or keys."""
+    from amqplens.report.logs import broker_events_table
+
+    F = _F()
+    whole = F.col("bucket_seconds") == 0
+    slow = (store.read("metrics_latency").where(whole & (F.col("metric") == "deliver_settle") & (F.col("entity_kind") == "consumer"))
+            .orderBy(F.desc("p99_us"), "entity_label").limit(n)
+            .select(F.col("entity_label").alias("consumer"), "count", (F.col("p50_us") / 1000).alias("p50 ms"),
+                    (F.col("p99_us") / 1000).alias("p99 ms"), (F.col("max_us") / 1000).alias("max ms")))
+    nacked = (store.read("metrics_settlement").where(whole & F.col("entity_kind").isin("queue", "address")
+                                                      & (F.col("measure") == "outcome") & F.col("value").isin(*OUTCOME_BAD))
+              .groupBy("entity_label").agg(F.sum("count").alias("negative"), F.max("messages").alias("messages"))
+              .orderBy(F.desc("negative"), "entity_label").limit(n).withColumnRenamed("entity_label", "queue or address"))
+    starved = (store.read("metrics_flow").where(whole & (F.col("metric") == "zero_credit_us") & (F.col("value") > 0))
+               .orderBy(F.desc("value"), "entity_label").limit(n)
+               .select(F.col("entity_label").alias("link"), (F.col("value") / 1000).alias("ms at zero credit"),
+                       (F.col("observed_us") / 1000).alias("ms observed")))
+    keys = ["kind", "raised_by", "code", "condition"]
+    errors = (store.read("metrics_errors").where(whole & (F.col("entity_kind") == "capture"))
+              .groupBy(*keys).agg(F.sum("count").alias("count")).orderBy(F.desc("count"), *keys).limit(n))
+    frames = {"slow": slow, "nacked": nacked, "starved": starved, "errors": errors, "events": broker_events_table(store, n)}
+    return [(title, table, where, frames[key].columns, [tuple(r) for r in frames[key].collect()])
+            for key, title, table, where in TOP_TABLES]

@@ -41,15 +41,20 @@ def broker_event_rows(store, ids: list[str]):
 
     # the connections' error and abrupt-close events: a handful per connection of ids
     return (store.read("broker_events").where(F.col("connection_id").isin(ids) & F.col("event").isin(*MARKS))
-            .select("connection_id", "ts", "event").toPandas())
+            .orderBy("ts", "connection_id", "event_id").select("connection_id", "ts", "event").toPandas())
 
 
-def alarm_intervals(store) -> list[tuple]:
-    """(resource, set ts, cleared ts or None) per alarm of every node in the logs, in time order."""
+def alarm_rows(store):
+    """(ts, event, alarm_resource, node) of every alarm set and cleared in the logs, in time order."""
     from pyspark.sql import functions as F
 
-    rows = (store.read("broker_events").where(F.col("event").isin("alarm_set", "alarm_cleared"))
-            .orderBy("ts").select("ts", "event", "alarm_resource", "node").toPandas())
+    # rows: the alarms of every node in the logs (a few per incident)
+    return (store.read("broker_events").where(F.col("event").isin("alarm_set", "alarm_cleared"))
+            .orderBy("ts", "event_id").select("ts", "event", "alarm_resource", "node").toPandas())
+
+
+def alarm_intervals(rows) -> list[tuple]:
+    """(resource, set ts, cleared ts or None) per alarm of ``alarm_rows``, in time order."""
     open_: dict = {}
     out = []
     for r in rows.itertuples():
@@ -63,12 +68,12 @@ def alarm_intervals(store) -> list[tuple]:
 
 
 def broker_events_table(store, n: int):
-    """The top-tables entry: events per kind, how many joined a captured connection, first and last."""
+    """The top table of the logs: events per kind, how many joined a captured connection, first and last."""
     from pyspark.sql import functions as F
 
     df = (store.read("broker_events").where(F.col("event") != "other")
           .groupBy("event").agg(F.count("*").alias("events"),  # rows: one per event kind
                                 F.sum(F.when(F.array_contains("sources", "capture"), 1).otherwise(0)).alias("joined to a capture"),
                                 F.min("ts").alias("first"), F.max("ts").alias("last"))
-          .orderBy(F.desc("events")).limit(n))
-    return ("Broker events (server logs)", "broker_events", "event != 'other', per event", df)
+          .orderBy(F.desc("events"), "event").limit(n))
+    return df

@@ -183,6 +183,21 @@ def test_report_shows_broker_events(spark, lake):
     assert '<figure id="timeline" class="drawn">' in page and "broker_events" in page
 
 
+def test_report_engines_agree_on_broker_events_alarms_and_findings(spark, lake, tmp_path):
+    """The report's queries on the driver against Spark's on a lake with broker events (channel errors, an abrupt
+    close, a memory alarm), Proton-trace connections (left out of the timeline) and findings."""
+    from amqplens.config import load_config
+    from amqplens.lake.store import TableStore
+    from tests.metrics.engines import pages_agree, queries_agree
+
+    conf = load_config(sets=[f"lake.root={lake['root'] / 'lake'}"])
+    got = queries_agree(TableStore(spark, conf["lake.root"]), conf)
+    assert len(got["broker_event_rows"]) and len(got["alarm_rows"])
+    assert any(title.startswith("Broker events") and rows for title, _, _, _, rows in got["top_tables"])
+    assert got["connections"].findings.sum() > 0  # warning and critical findings count towards a connection's page
+    assert len(pages_agree(spark, conf, tmp_path)) > 1
+
+
 def test_the_same_logs_again_change_no_table(spark, lake):
     from amqplens.lake.store import TableStore
 
