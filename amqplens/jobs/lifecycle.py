@@ -163,12 +163,11 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     partitions = {c.capture_id: {"capture_date": c.capture_date.isoformat()} for c in caps if c.capture_id in pending}
     fn = functools.partial(lifecycle_batches, **structs(), batch_rows=conf["capture.batch_rows"])
     staged = stage_tables(store, run_id)
-    frames = store.read("frames")
+    frames = store.read("frames", list(pending))
     # only the columns the machines read cross the shuffle and the Arrow hand-off (frames has ~90)
     read = [c for c in (*FRAME_COLUMNS, "ts") if c in frames.columns]
     out = (
         frames.select(*read)
-        .where(F.col("capture_id").isin(list(pending)))
         .repartition(shuffle_partitions(spark, conf), "connection_id")
         # the fused lifecycle sorts each connection's frames by the same keys (amqplens/lifecycle/fused.py)
         .sortWithinPartitions("connection_id", *SORT_KEYS)

@@ -96,7 +96,7 @@ def failed_ids(store, capture_ids: list[str]) -> set[str]:
 
     if not capture_ids or store.delta("captures") is None:
         return set()
-    rows = (store.read("captures").where(F.col("capture_id").isin(list(capture_ids)) & (F.col("status") == "failed")
+    rows = (store.read("captures", list(capture_ids)).where((F.col("status") == "failed")
                                          & F.col("error").startswith(FAILED_IN))
             .select("capture_id").collect())
     return {r.capture_id for r in rows}
@@ -105,7 +105,6 @@ def failed_ids(store, capture_ids: list[str]) -> set[str]:
 def mark_failed(spark, store, failed: dict[str, str], units: dict[str, str], run_id: str, rows: dict[str, dict] | None = None):
     """Write the captures row of each failed capture: its existing row (or ``rows[id]``) with status failed and the
     error. ``units``: capture id -> the job's app id (the row goes under ``failed_unit`` of it)."""
-    from pyspark.sql import functions as F
 
     from amqplens.contracts import CAPTURES
 
@@ -114,7 +113,7 @@ def mark_failed(spark, store, failed: dict[str, str], units: dict[str, str], run
     rows = dict(rows or {})
     missing = [cid for cid in failed if cid not in rows]
     if missing and store.delta("captures") is not None:
-        for r in store.read("captures").where(F.col("capture_id").isin(missing)).collect():
+        for r in store.read("captures", missing).collect():
             rows[r.capture_id] = r.asDict()
     out = [rows[cid] | {"status": "failed", "error": error, "run_id": run_id} for cid, error in failed.items() if cid in rows]
     if out:

@@ -113,10 +113,13 @@ class StagedWriter:
         self.dir = "/".join([root_path, staged.table, STAGING, staged.folder])
         self.schema = pa.schema([pa.field(c.name, c.arrow_type) for c in self.t.data_columns()])
         self.task, self.group_rows = task, group_rows
-        self.files: dict[str, dict] = {}  # unit -> {writer, tmp, rel, pending, pending_rows, rows}
+        self.files: dict[tuple[str, str], dict] = {}  # (part_dirs, unit) -> {writer, tmp, rel, pending, pending_rows, rows}
 
-    def write(self, unit: str, batch: pa.RecordBatch) -> None:
-        """Add rows of ``unit`` (a replace-key value); the batch must hold the table's data columns."""
+    def write(self, unit: str, batch: pa.RecordBatch, part_dirs: str = "") -> None:
+        """Add rows of ``unit`` (a replace-key value); the batch must hold the table's data columns. ``part_dirs``
+        (``capture_date=2024-01-15``): the partition folders the file goes under in the staging folder, for a
+        writer whose rows carry their partition values (``TableStore``'s Arrow writes); the driver's ``partitions``
+        otherwise."""
         missing = [f.name for f in self.schema if f.name not in batch.schema.names]
         if missing:
             raise SchemaMismatch(f"table {self.t.name}: staged rows lack {', '.join(missing)}")
@@ -124,12 +127,13 @@ class StagedWriter:
             cols = [batch.column(f.name).cast(f.type) for f in self.schema]
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise SchemaMismatch(f"table {self.t.name}: staged rows do not fit the contract's types ({exc})") from exc
-        f = self.files.get(unit)
+        f = self.files.get((part_dirs, unit))
         if f is None:
             rel = f"{REPLACE_DIR}={urllib.parse.quote(unit, safe='')}/part-t{self.task:05d}.parquet"
+            rel = f"{part_dirs}/{rel}" if part_dirs else rel
             tmp = f"{self.dir}/{rel}.tmp"
             self.fs.create_dir(tmp.rsplit("/", 1)[0], recursive=True)
-            f = self.files[unit] = {"rel": rel, "tmp": tmp, "pending": [], "pending_rows": 0, "rows": 0,
+            f = self.files[(part_dirs, unit)] = {"rel": rel, "tmp": tmp, "pending": [], "pending_rows": 0, "rows": 0,
                                     "writer": pq.ParquetWriter(tmp, self.schema, filesystem=self.fs, compression="snappy")}
         f["pending"].append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
         f["pending_rows"] += batch.num_rows
@@ -148,7 +152,7 @@ class StagedWriter:
     def close(self) -> list[StagedFile]:
         """Finish every file; returns what the driver needs to commit each (``TableStore.commit_staged``)."""
         done = []
-        for unit, f in self.files.items():
+        for (_, unit), f in self.files.items():
             self._flush(f)
             f["writer"].close()
             self.fs.move(f["tmp"], f"{self.dir}/{f['rel']}")

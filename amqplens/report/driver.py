@@ -53,9 +53,10 @@ class Lake:
         dt = self.store.delta(name)
         if dt is None:  # not in the lake: no rows, as Spark's empty DataFrame
             return schema.empty_table()
-        data, _ = _dataset(self.store, name, dt, None)
+        large, small, _ = _dataset(self.store, name, dt, None)
         # use_threads=False: the report is the last thing a run does (see TableStore.read_arrow)
-        out = data.to_table(columns=columns, filter=where, use_threads=False).cast(schema)
+        out = pa.concat_tables([data.to_table(columns=columns, filter=where, use_threads=False).cast(schema)
+                                for data in (large, small) if data is not None])
         with self._lock:
             self.kept += out.num_rows
             if self.budget is not None and self.kept > self.budget:

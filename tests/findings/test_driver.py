@@ -215,3 +215,18 @@ def test_bad_input_raises_nothing_and_both_paths_agree(spark, conf, tmp_path, ta
             "channel_error", "link_error", "consumer_cancelled"}
     else:
         assert written["driver"] == []
+
+
+@pytest.mark.parametrize("small_file", [0, 1 << 40])
+def test_large_and_small_files_give_the_same_rows(spark, findings_lake, monkeypatch, small_file):
+    """The driver reads a file above ``SMALL_FILE`` row group by row group (counted first) and the small ones at once:
+    every file on one side of the limit, then on the other, the same findings, and the cap holds either way."""
+    from amqplens.jobs.findings import driver
+
+    c, store, _, _ = findings_lake
+    ids = capture_ids(store)
+    expected = findings_rows(store, c, ids, None)
+    monkeypatch.setattr(driver, "SMALL_FILE", small_file)
+    got = findings_rows(store, c, ids, None)
+    assert expected and got == expected
+    assert findings_rows(store, c, ids, 1) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -174,3 +175,51 @@ def test_read_arrow_gives_the_units_rows_and_columns_spark_reads(spark, lake):
         if units is not None:
             df = df.where(df.capture_id.isin(units))
         assert sorted(zip(*got.to_pydict().values())) == sorted((r.error_id, r.reason) for r in df.collect())
+
+
+def test_many_units_written_by_the_tasks_read_back_as_spark_writes_them(spark, lake, tmp_path):
+    """More units than twice the shuffle partitions: the tasks write each unit's files with pyarrow (not Spark's
+    writer). The rows read back, every column (nulls, bytes, timestamps, two partition dates), are those a write of
+    one unit at a time (Spark's writer) gives, one file per unit, and a later write replaces only its units' files."""
+    many = TableStore(spark, str(lake))
+    one = TableStore(spark, str(tmp_path / "one_by_one"))
+    data = []
+    for i in range(9):
+        unit_rows = rows(f"U{i}", 1 + i % 3)
+        if i % 4 == 0:  # another capture date, and nulls where the contract allows them
+            unit_rows = [(*r[:2], dt.date(2024, 6, 2), None, None, *r[5:9], None, None, None, r[12], None) for r in unit_rows]
+        data += unit_rows
+        one.write("decode_errors", frame(spark, unit_rows), units={f"U{i}": f"i:U{i}:v1"})
+    assert int(spark.conf.get("spark.sql.shuffle.partitions")) * 2 < 9
+    assert many.write("decode_errors", frame(spark, data), units={f"U{i}": f"i:U{i}:v1" for i in range(9)})
+
+    def table(store):
+        return sorted(tuple(r) for r in store.read("decode_errors").collect())
+
+    assert table(many) == table(one) and len(table(many)) == len(data)
+    files = pa.table(DeltaTable(str(lake / "decode_errors")).get_add_actions(flatten=True)).to_pydict()
+    assert len(files["path"]) == 9 and files["min.capture_id"] == files["max.capture_id"]
+    assert sorted(files["min.capture_id"]) == [f"U{i}" for i in range(9)]
+    assert {p.split("/")[0] for p in files["path"]} == {"capture_date=2024-05-01", "capture_date=2024-06-02"}
+    # U0..U5 again, one row each: their files replaced, the others' kept
+    again = [r for i in range(6) for r in rows(f"U{i}", 1, reason="again")]
+    assert many.write("decode_errors", frame(spark, again), units={f"U{i}": f"i:U{i}:v2" for i in range(6)})
+    got = {(r.capture_id, r.reason) for r in many.read("decode_errors").collect()}
+    assert got == {(f"U{i}", "again") for i in range(6)} | {(f"U{i}", "bad") for i in range(6, 9)}
+
+
+def test_read_by_units_reads_their_files_and_filters_a_file_of_several(spark, lake):
+    """``read(name, units)`` takes the units' files (from the log's statistics) instead of filtering rows; a file
+    another writer added with several units in it is read and filtered row by row."""
+    from deltalake import write_deltalake
+
+    store = TableStore(spark, str(lake))
+    store.write("decode_errors", frame(spark, rows("A", 3) + rows("B", 2)), units={"A": "i:A:v1", "B": "i:B:v1"})
+    for units, want in ((["A"], 3), (["B", "C"], 2), ([], 0), (None, 5)):
+        got = store.read("decode_errors", units)
+        assert got.count() == want and got.columns == store.read("decode_errors").columns
+    foreign = frame(spark, rows("C", 2) + rows("D", 1)).toArrow()
+    write_deltalake(str(lake / "decode_errors"), foreign.cast(pa.schema([f.with_nullable(True) for f in foreign.schema])),
+                    mode="append", schema_mode="merge")
+    assert sorted(r.error_id for r in store.read("decode_errors", ["C"]).collect()) == ["C-0", "C-1"]
+    assert sorted(r.error_id for r in store.read("decode_errors", ["A", "D"]).collect()) == ["A-0", "A-1", "A-2", "D-0"]

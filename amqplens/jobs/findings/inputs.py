@@ -45,7 +45,7 @@ class Inputs:
 def inputs(store, conf: Config, capture_ids: list[str]) -> Inputs:
     from pyspark.sql import functions as F
 
-    read = lambda name: store.read(name).where(F.col("capture_id").isin(capture_ids))  # noqa: E731
+    read = lambda name: store.read(name, capture_ids)  # noqa: E731
     frames = read("frames")
     cm = (F.col("class_name") == "basic") & F.col("method_name").isin("consume", "cancel")
     # rows: the attach, basic.consume and basic.cancel frames: a few per link and consumer (a scan of 4 columns)

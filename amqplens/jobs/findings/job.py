@@ -84,7 +84,6 @@ def findings(inp: Inputs, caps, labels, raw):
 
 def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> list[str]:
     """Write the findings of the given captures (default: every capture in the lake). Returns those done now."""
-    from pyspark.sql import functions as F
 
     run_id = run_id or uuid.uuid4().hex[:12]
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
@@ -106,7 +105,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
             log.info("findings: %d captures, %d findings, on the driver (%.2f s)", len(ids), len(rows),
                      time.perf_counter() - t0)
             return ids if done else []
-    caps = store.read("captures").select("capture_id", "capture_date", "first_ts", "last_ts").where(F.col("capture_id").isin(ids))
+    caps = store.read("captures", ids).select("capture_id", "capture_date", "first_ts", "last_ts")
     inp = inputs(store, conf, ids)
     paths = {c["capture_id"]: c["path"] for c in store.read_arrow("captures", ["capture_id", "path"], ids).to_pylist()}
     labels = label_maps(paths, inp.connections, inp.control)

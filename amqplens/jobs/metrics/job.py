@@ -48,9 +48,8 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     pending = {cid: a for cid, a in units.items() if not store.committed("metrics_errors", a)}
     if not pending:
         return []
-    caps = F.broadcast(store.read("captures").select("capture_id", "capture_date", "first_ts")
-                       .where(F.col("capture_id").isin(list(pending))).cache())
-    read = lambda name: store.read(name).where(F.col("capture_id").isin(list(pending)))  # noqa: E731
+    caps = F.broadcast(store.read("captures", list(pending)).select("capture_id", "capture_date", "first_ts").cache())
+    read = lambda name: store.read(name, list(pending))  # noqa: E731
     frames = read("frames")
     # rows: the frames that open, consume, close or failed to decode (a few per connection, channel and link,
     # plus the bad ones); the whole frames table is only scanned by flow (column-pruned), never held

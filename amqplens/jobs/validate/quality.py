@@ -228,10 +228,9 @@ class RunTables:
     """The run's slice of every table, and the projections several checks share, each computed once and cached."""
 
     def __init__(self, store, ids: list[str]):
-        from pyspark.sql import functions as F
 
         self.store, self.ids = store, ids
-        self.slices = {name: store.read(name).where(F.col(t.replace_by[0]).isin(ids)) for name, t in ALL_TABLES.items()}
+        self.slices = {name: store.read(name, ids) for name in ALL_TABLES}
         self._cached: dict = {}
 
     def _cache(self, name, make):
