@@ -223,3 +223,8 @@ def test_read_by_units_reads_their_files_and_filters_a_file_of_several(spark, la
                     mode="append", schema_mode="merge")
     assert sorted(r.error_id for r in store.read("decode_errors", ["C"]).collect()) == ["C-0", "C-1"]
     assert sorted(r.error_id for r in store.read("decode_errors", ["A", "D"]).collect()) == ["A-0", "A-1", "A-2", "D-0"]
+    # the driver's lookups the same way
+    assert sorted(store.read_arrow("decode_errors", ["error_id"], ["C"]).column("error_id").to_pylist()) == ["C-0", "C-1"]
+    assert sorted(store.read_arrow("decode_errors", ["error_id"], ["A", "D"]).column("error_id").to_pylist()) == [
+        "A-0", "A-1", "A-2", "D-0"]
+    assert store.read_arrow("decode_errors", ["error_id"]).num_rows == 8

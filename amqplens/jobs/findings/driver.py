@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import urllib.parse
 
 import pandas as pd
 import pyarrow as pa
@@ -138,29 +137,11 @@ SMALL_FILE = 1 << 20  # bytes: a file below this is read whole (filtered), not c
 
 
 def _dataset(store, name: str, dt, units: list[str] | None):
-    """(the snapshot's files of ``units`` (None: all) as pyarrow datasets: the large files' and the small files' (None
-    when there are none), whether each file holds one unit).
-
-    Less the files missing or damaged (as ``TableStore.read``), with the contract's schema (a column an older file
-    lacks reads as null). A file's unit is in the Delta log's statistics (amqplens writes one unit per file,
-    ``TableStore._place_files``). Not ``DeltaTable.to_pyarrow_dataset``: it turns those statistics into each file's
-    guarantee, and the columns without statistics come out as ``column >= null``, which a filter on such a column
-    reads as false: every file skipped, no rows.
-    """
-    import pyarrow.dataset as ds
-
-    t = table_def(name)
+    """(the snapshot's files of ``units`` (None: all) as pyarrow datasets (``TableStore.dataset``): the large files'
+    and the small files' (None when there are none), whether each file holds one unit)."""
     files, exact = store.unit_files(name, dt, units)
-    parts = ds.partitioning(pa.schema([t.arrow_schema().field(c) for c in t.partition_by]), flavor="hive")
-    schema = pa.schema([f.with_nullable(True) for f in t.arrow_schema()])
-
-    def dataset(paths):
-        return ds.dataset(paths, schema=schema, format="parquet", filesystem=store.fs, partitioning=parts,
-                          partition_base_dir=store._path(name))
-
-    large = [store._path(name, urllib.parse.unquote(rel)) for _, rel, size in files if size >= SMALL_FILE]
-    small = [store._path(name, urllib.parse.unquote(rel)) for _, rel, size in files if size < SMALL_FILE]
-    return dataset(large), (dataset(small) if small else None), exact
+    small = [f for f in files if f[2] < SMALL_FILE]
+    return store.dataset(name, [f for f in files if f[2] >= SMALL_FILE]), (store.dataset(name, small) if small else None), exact
 
 
 def read_inputs(store, conf: Config, capture_ids: list[str], budget: int | None) -> DriverInputs:
