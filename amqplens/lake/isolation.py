@@ -105,7 +105,6 @@ def failed_ids(store, capture_ids: list[str]) -> set[str]:
 def mark_failed(spark, store, failed: dict[str, str], units: dict[str, str], run_id: str, rows: dict[str, dict] | None = None):
     """Write the captures row of each failed capture: its existing row (or ``rows[id]``) with status failed and the
     error. ``units``: capture id -> the job's app id (the row goes under ``failed_unit`` of it)."""
-
     from amqplens.contracts import CAPTURES
 
     if not failed:

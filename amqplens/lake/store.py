@@ -98,6 +98,14 @@ def _write_units(batches, *, staged: StagedTable, rkey: str, partition_by: tuple
         yield pa.RecordBatch.from_pydict({"meta": [f.to_meta()]})
 
 
+def _present(uri: str, size: int) -> bool:
+    """Whether the local file is there with its logged size."""
+    try:
+        return os.stat(uri.removeprefix("file://")).st_size == size
+    except OSError:
+        return False
+
+
 def _to_uri(root: str) -> str:
     if "://" in root:
         return root.rstrip("/")
@@ -158,46 +166,32 @@ class TableStore:
     def committed(self, name: str, app_id: str) -> bool:
         return self._done(self.delta(name), app_id)
 
-    def present_files(self, name: str, dt: DeltaTable) -> list[str]:
-        """The snapshot's file URIs, less the local files that are gone or not of their logged size (``amqplens check``
-        names them): a reader of other captures' rows never fails on one capture's damage."""
-        uris = dt.file_uris()
-        if lake_check.local_root(self.root) is None:
-            return uris
-        sizes = pa.table(dt.get_add_actions(flatten=True)).column("size_bytes").to_pylist()
-        out = []
-        for uri, size in zip(uris, sizes):
-            try:
-                ok = os.stat(uri.removeprefix("file://")).st_size == size
-            except OSError:
-                ok = False
-            if ok:
-                out.append(uri)
-            else:
-                log.warning("table %s: file %s is missing or damaged; its rows are left out (amqplens check)", name, uri)
-        return out
-
     def unit_files(self, name: str, dt: DeltaTable, units: Sequence[str] | None) -> tuple[list[tuple[str, str, int]], bool]:
-        """(the snapshot's present files holding rows of ``units`` (None: every file) as (URI, path in the table as
-        the log has it, size in bytes), whether each of them holds only rows of those units). A file's unit is in the Delta log's statistics: amqplens writes one unit per file
-        (``_place_files``), so a file another writer added (several units, or none said) is kept and not exact."""
-        t = table_def(name)
-        (rkey,) = t.replace_by
-        present = set(self.present_files(name, dt))
+        """(the snapshot's files holding rows of ``units`` (None: every file) as (URI, path in the table as the log has
+        it, size in bytes), whether each of them holds only rows of those units).
+
+        A file's unit is in the Delta log's statistics: amqplens writes one unit per file (``_place_files``), so a
+        file another writer added (several units, or none said) is kept and not exact. Less the local files that are
+        gone or not of their logged size (``amqplens check`` names them): a reader of other captures' rows never
+        fails on one capture's damage.
+        """
+        (rkey,) = table_def(name).replace_by
         actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()  # in file_uris()'s order
-        rels = actions.get("path", [])
+        rels, sizes = actions.get("path", []), actions.get("size_bytes", [])
         lo, hi = actions.get(f"min.{rkey}", [None] * len(rels)), actions.get(f"max.{rkey}", [None] * len(rels))
         wanted = None if units is None else set(units)
-        uris, exact = [], True
+        local = lake_check.local_root(self.root) is not None
+        files, exact = [], True
         for i, (rel, uri) in enumerate(zip(rels, dt.file_uris())):
-            if uri not in present:
-                continue
             one = lo[i] is not None and lo[i] == hi[i]
             if wanted is not None and one and lo[i] not in wanted:
                 continue
+            if local and not _present(uri, sizes[i]):
+                log.warning("table %s: file %s is missing or damaged; its rows are left out (amqplens check)", name, uri)
+                continue
             exact = exact and (one or wanted is None)
-            uris.append((uri, rel, actions["size_bytes"][i]))
-        return uris, exact
+            files.append((uri, rel, sizes[i]))
+        return files, exact
 
     # ------------------------------------------------------------------ read
     def read(self, name: str, units: Sequence[str] | None = None):
@@ -386,14 +380,11 @@ class TableStore:
         partition) a task holds. Returns the files they reported (a failed attempt's leftovers are not among them)."""
         import functools
 
-        from pyspark.sql import functions as F
-
         (rkey,) = t.replace_by
-        # the rows as the contract's Arrow types (Spark's own Arrow types may differ, e.g. a timestamp's zone name)
-        cols = [F.col(c) for c in t.column_names]
+        # StagedWriter casts the rows to the contract's Arrow types (Spark's may differ, e.g. a timestamp's zone name)
         write = functools.partial(_write_units, staged=StagedTable(t.name, self.root, folder), rkey=rkey,
                                   partition_by=t.partition_by)
-        reports = df.select(*cols).sortWithinPartitions(rkey).mapInArrow(write, "meta string").collect()
+        reports = df.sortWithinPartitions(rkey).mapInArrow(write, "meta string").collect()
         return {StagedFile.from_meta(r.meta).path for r in reports}
 
     def stage(self, name: str, run_id: str) -> StagedTable:

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from amqplens.contracts import table as table_def
-from amqplens.jobs.findings.driver import TooMany, _dataset, connection_labels
+from amqplens.jobs.findings.driver import TooMany, connection_labels
 from amqplens.report.data import LATENCY_QUANTILES, LIFECYCLE_CLASSES, LIFECYCLE_PERFORMATIVES, OUTCOME_BAD, QUANTILE_NAMES
 from amqplens.report.logs import MARKS
 
@@ -53,10 +53,9 @@ class Lake:
         dt = self.store.delta(name)
         if dt is None:  # not in the lake: no rows, as Spark's empty DataFrame
             return schema.empty_table()
-        large, small, _ = _dataset(self.store, name, dt, None)
+        files, _ = self.store.unit_files(name, dt, None)
         # use_threads=False: the report is the last thing a run does (see TableStore.read_arrow)
-        out = pa.concat_tables([data.to_table(columns=columns, filter=where, use_threads=False).cast(schema)
-                                for data in (large, small) if data is not None])
+        out = self.store.dataset(name, files).to_table(columns=columns, filter=where, use_threads=False).cast(schema)
         with self._lock:
             self.kept += out.num_rows
             if self.budget is not None and self.kept > self.budget:

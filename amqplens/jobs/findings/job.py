@@ -84,7 +84,6 @@ def findings(inp: Inputs, caps, labels, raw):
 
 def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> list[str]:
     """Write the findings of the given captures (default: every capture in the lake). Returns those done now."""
-
     run_id = run_id or uuid.uuid4().hex[:12]
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
     found = store.read_arrow("captures", ["capture_id", "decoder_version"], capture_ids).to_pylist()  # no Spark job

@@ -228,7 +228,6 @@ class RunTables:
     """The run's slice of every table, and the projections several checks share, each computed once and cached."""
 
     def __init__(self, store, ids: list[str]):
-
         self.store, self.ids = store, ids
         self.slices = {name: store.read(name, ids) for name in ALL_TABLES}
         self._cached: dict = {}
