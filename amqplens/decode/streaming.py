@@ -189,6 +189,17 @@ class DirectionFramerBase(FramerCore):
         if len(self.pending) + self.chunks_len >= self.need:
             self._run(final=False)
 
+    def feed_run(self, offset: int, data: bytes, marks: list[tuple[int, int]]) -> None:
+        """Contiguous segments at once: their bytes, from ``offset`` (= ``expected``, once started), and a time mark
+        ``(offset, ts_us)`` per segment; the frames are the ones ``feed`` per segment gives."""
+        self.fed += len(data)
+        self.expected = offset + len(data)
+        self.marks.extend(marks)
+        self.chunks.append(data)
+        self.chunks_len += len(data)
+        if len(self.pending) + self.chunks_len >= self.need:
+            self._run(final=False)
+
     def gap(self, offset: int, length: int, ts_us: int, reported: bool = True) -> None:
         frame_end = self._run(final=True, final_reason=("truncated_by_gap", "a frame cut short by missing bytes"))
         self._flush_region()

@@ -381,3 +381,27 @@ def walk(buf, pos, n, base, limit, meta, plan, props, keys, vals, sdata, soff, r
             rec[i, R_HOT], rec[i, R_ROW] = 0, -1
         pos = end + 1  # past the frame-end
     return rec, rows, pos, 0, 0
+
+
+@njit(cache=True, nogil=True)
+def window_ok(buf, n, limit, kinds, stop_class):
+    """Where in ``buf[:n]`` (a direction's bytes from a frame boundary) the first frame starts that may not be decoded
+    ahead of the other direction's (``n`` when none): one the framing loop would not accept or the walk does not know
+    (a kind that is not hot in ``kinds``, more than ``limit`` payload bytes, no frame-end), a method shorter than its
+    ids, or one of class ``stop_class`` (the connection class, whose facts the other direction reads). A frame cut
+    short at the end is the next window's."""
+    pos = 0
+    while n - pos >= 7:
+        kind = kinds[buf[pos]]
+        size = _be(buf, pos + 3, 4)
+        if kind <= 0 or size > limit:
+            return pos
+        end = pos + size + 8
+        if end > n:
+            return n
+        if buf[end - 1] != FRAME_END:
+            return pos
+        if kind == K_METHOD and (size < 4 or _be(buf, pos + 7, 2) == stop_class):
+            return pos
+        pos = end
+    return n

@@ -261,8 +261,40 @@ class HotBuilder:
             sdata[:, :used] = self.sdata[:, :used]
             self.sdata = sdata
 
-    def arrays(self, hot: HotTables, connection_id: str, dialect: str) -> dict[str, pa.Array]:
-        """The rows as Arrow columns (FRAME_KEYS names; the others are null)."""
+    @classmethod
+    def merged(cls, builders: list["HotBuilder"]) -> "HotBuilder":
+        """One builder holding the rows of ``builders`` (of one dialect and body prefix length) one after the other,
+        so that their Arrow columns are built once (``FrameBatch``): a connection's drain holds a few rows."""
+        from amqplens.decode.v0_9_1 import hot_kernel as k
+
+        out = cls.__new__(cls)
+        out.direction = ""
+        out.prefix_bytes = builders[0].prefix_bytes
+        rows = [b.rows for b in builders]
+        out.rows = out.flushed = total = sum(rows)
+        for name in ("vals", "ts", "out", "digest", "prefixes"):
+            setattr(out, name, np.concatenate([getattr(b, name)[: b.rows] for b in builders]))
+        used = np.array([b.soff[:, b.rows] for b in builders])  # string bytes per builder and column
+        out.sdata = np.zeros((k.N_STR, max(int(used.sum(axis=0).max()), 1)), np.uint8)
+        out.soff = np.zeros((k.N_STR, total + 1), np.int64)
+        row = 0
+        at = np.zeros(k.N_STR, np.int64)
+        for b, m, u in zip(builders, rows, used):
+            out.soff[:, row : row + m + 1] = b.soff[:, : m + 1] + at[:, None]
+            for s in range(k.N_STR):
+                out.sdata[s, at[s] : at[s] + u[s]] = b.sdata[s, : u[s]]
+            at += u
+            row += m
+        out.errors = {}
+        base = 0
+        for b, m in zip(builders, rows):
+            out.errors.update({base + i: e for i, e in b.errors.items()})
+            base += m
+        return out
+
+    def arrays(self, hot: HotTables, connection_id: str, dialect: str, labels: dict | None = None) -> dict[str, pa.Array]:
+        """The rows as Arrow columns (FRAME_KEYS names; the others are null); ``labels``: the connection_id, direction
+        and dialect columns when they differ from row to row (a merged builder's)."""
         from amqplens.decode.v0_9_1 import content_kernel as ck
         from amqplens.decode.v0_9_1 import hot_kernel as k
         from amqplens.decode.v0_9_1.hot_content import hex_column
@@ -289,12 +321,15 @@ class HotBuilder:
             errors = pa.array([self.errors.get(i) for i in range(m)], pa.string())
         else:
             errors = pa.nulls(m, pa.string())
+        if labels is None:
+            labels = {"connection_id": pa.array([connection_id] * m, pa.string()),
+                      "direction": pa.array([self.direction] * m, pa.string()), "dialect": pa.array([dialect] * m, pa.string())}
         cols = {
-            "connection_id": pa.array([connection_id] * m, pa.string()),
-            "direction": pa.array([self.direction] * m, pa.string()),
+            "connection_id": labels["connection_id"],
+            "direction": labels["direction"],
             "stream_offset": pa.array(v[:, k.V_OFFSET]),
             "ts_us": pa.array(self.ts[:m]),
-            "dialect": pa.array([dialect] * m, pa.string()),
+            "dialect": labels["dialect"],
             "frame_type": pa.array(hot.kind_names[kinds], pa.string()),
             "channel": pa.array(v[:, k.V_CHANNEL]),
             "size": pa.array(v[:, k.V_SIZE]),
@@ -340,7 +375,10 @@ class FrameBatch:
 
     def __init__(self, hot: HotTables, connection_id: str, dialect: str, items: list) -> None:
         self.dicts: list[dict] = []
-        self.columns: list[dict] = []  # per builder: its Arrow columns
+        # per builder: [builder, hot tables, connection_id, dialect, redactor or None]; its Arrow columns are built
+        # when the batch is converted, with its neighbours' (``_groups``)
+        self.builders: list[list] = []
+        self._columns: list[tuple[dict, int]] | None = None
         self.sizes = [0]  # rows per source: the dicts, then each builder
         sources: dict[int, int] = {}
         segments: list[list[int]] = []  # [source, start, stop]: source 0 the dicts, i + 1 builder i
@@ -349,7 +387,7 @@ class FrameBatch:
                 src = sources.get(id(item.builder))
                 if src is None:
                     src = sources[id(item.builder)] = len(self.sizes)
-                    self.columns.append(item.builder.arrays(hot, connection_id, dialect))
+                    self.builders.append([item.builder, hot, connection_id, dialect, None])
                     self.sizes.append(item.builder.rows)
                 segments.append([src, item.start, item.stop])
             elif segments and segments[-1][0] == 0:
@@ -369,7 +407,7 @@ class FrameBatch:
         """Neighbouring parts of a frames batch (``FrameBatch``es and lists of row dicts, of any connections) as one
         batch, in their order: one conversion to Arrow for them all instead of one per connection."""
         out = cls.__new__(cls)
-        out.dicts, out.columns, out.sizes, out.segments = [], [], [0], []
+        out.dicts, out.builders, out.sizes, out.segments, out._columns = [], [], [0], [], None
         for part in parts:
             if isinstance(part, list):
                 if part:
@@ -383,7 +421,7 @@ class FrameBatch:
                 else:
                     out.segments.append([src + shift, start, stop])
             out.dicts += part.dicts
-            out.columns += part.columns
+            out.builders += part.builders
             out.sizes += part.sizes[1:]
         out.sizes[0] = len(out.dicts)
         return out
@@ -392,17 +430,47 @@ class FrameBatch:
         """``HeaderRedactor`` on every row: the dicts' JSON columns, and the hot rows' (headers tables name anything)."""
         for row in self.dicts:
             redactor.row(row)
-        for cols in self.columns:  # the kernel's text is printable ASCII: one C scan per name finds what may change
-            for name in ROW_COLUMNS:
-                hit = np.flatnonzero(redactor.candidates(cols[name]))
-                if not len(hit):
-                    continue
-                values = cols[name].to_pylist()
-                redacted = list(values)
-                for i in hit:
-                    redacted[i] = redactor.text(values[i])
-                if any(redacted[i] is not values[i] for i in hit):
-                    cols[name] = pa.array(redacted, pa.string())
+        for entry in self.builders:  # their columns are redacted when built (``_groups``)
+            entry[4] = redactor
+
+    @staticmethod
+    def _redact_columns(cols: dict, redactor) -> None:
+        for name in ROW_COLUMNS:  # the kernel's text is printable ASCII: one C scan for the names finds what may change
+            hit = np.flatnonzero(redactor.candidates(cols[name]))
+            if not len(hit):
+                continue
+            values = cols[name].to_pylist()
+            redacted = list(values)
+            for i in hit:
+                redacted[i] = redactor.text(values[i])
+            if any(redacted[i] is not values[i] for i in hit):
+                cols[name] = pa.array(redacted, pa.string())
+
+    def _groups(self) -> list[tuple[dict, int]]:
+        """The builders' Arrow columns, neighbours of one dialect, prefix length and redaction built at once (the
+        rows of many short connections' drains in one set of arrays): ``(columns, rows)`` in builder order."""
+        if self._columns is None:
+            self._columns = []
+            i = 0
+            while i < len(self.builders):
+                b, hot, cid, dialect, redactor = self.builders[i]
+                j = i + 1
+                while j < len(self.builders) and _same_group(self.builders[j], self.builders[i]):
+                    j += 1
+                members = self.builders[i:j]
+                if j - i == 1:
+                    cols = b.arrays(hot, cid, dialect)
+                else:
+                    counts = [m[0].rows for m in members]
+                    labels = {name: pa.array(np.repeat(np.array([m[at] for m in members], object), counts), pa.string())
+                              for name, at in (("connection_id", 2), ("dialect", 3))}
+                    labels["direction"] = pa.array(np.repeat(np.array([m[0].direction for m in members], object), counts), pa.string())
+                    cols = HotBuilder.merged([m[0] for m in members]).arrays(hot, cid, dialect, labels)
+                if redactor is not None:
+                    self._redact_columns(cols, redactor)
+                self._columns.append((cols, sum(m[0].rows for m in members)))
+                i = j
+        return self._columns
 
     def _order(self) -> np.ndarray | None:
         """Positions in the concatenation (dicts, then each builder's rows) in wire order; None when already so."""
@@ -424,7 +492,7 @@ class FrameBatch:
                 child = dicts.field(f.name)
                 pieces.append(child)
                 filled = child.null_count < len(child)
-            for cols, n in zip(self.columns, self.sizes[1:]):
+            for cols, n in self._groups():
                 child = cols.get(f.name)
                 if child is None:
                     pieces.append(pa.nulls(n, f.type))
@@ -441,10 +509,23 @@ class FrameBatch:
     def to_rows(self) -> list[dict]:
         """The rows as the reference decoder's dicts (every FRAME_KEYS key), in wire order."""
         sources = [self.dicts]
-        for cols, n in zip(self.columns, self.sizes[1:]):
+        for cols, n in self._groups():
             lists = {name: a.to_pylist() for name, a in cols.items()}
-            sources.append([{key: (lists[key][i] if key in lists else None) for key in FRAME_KEYS} for i in range(n)])
+            rows = [{key: (lists[key][i] if key in lists else None) for key in FRAME_KEYS} for i in range(n)]
+            for m in self.sizes[len(sources) : len(sources) + len(self.sizes)]:  # the group's builders, in order
+                if not rows:
+                    break
+                sources.append(rows[:m])
+                rows = rows[m:]
         return [row for src, start, stop in self.segments for row in sources[src][start:stop]]
+
+
+def _same_group(a: list, b: list) -> bool:
+    """Whether two FrameBatch builders' columns can be built together: the same hot tables, prefix length and
+    redaction names."""
+    ra, rb = a[4], b[4]
+    return a[1] is b[1] and a[0].prefix_bytes == b[0].prefix_bytes and (ra is rb or (ra is not None and rb is not None
+                                                                                   and ra.names == rb.names))
 
 
 def run(kernel, framer, buf: bytes, mv: memoryview, pos: int, n: int) -> int:

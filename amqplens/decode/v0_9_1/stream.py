@@ -22,6 +22,7 @@ from amqplens.decode.errors import FrameError
 from amqplens.decode.detect import D0_8, D0_9_1, FAMILY_0_9_1, describe, detect_protocol_header
 from amqplens.decode.streaming import FramedOptions, StreamDecoderBase, decode_both
 from amqplens.decode.tcp.records import TO_SERVER
+from amqplens.decode.v0_9_1 import ahead
 from amqplens.decode.v0_9_1.content import ContentTracker
 from amqplens.decode.v0_9_1.facts import FACT_CLASSES, ConnectionFacts
 from amqplens.decode.v0_9_1.spec_types import MethodSpec
@@ -68,10 +69,37 @@ class Amqp091StreamDecoder(StreamDecoderBase):
         self.body_prefix_bytes = options.get("body_prefix_bytes", 0)
         self.hot_min_bytes = MIN_BYTES  # buffers smaller than this stay on the Python path (tests lower it)
         self._builders: dict[str, HotBuilder] = {}
+        self._held = ahead.Held() if kernel is not None else None  # the compiled path decodes a direction ahead
+
+    # -- input: the compiled path holds segments and decodes each direction's at once (``ahead``) ---------------
+    def data(self, direction: str, offset: int, ts_us: int, data: bytes) -> None:
+        held = self._held
+        if held is not None and (held.segments or ahead.steady(self)):
+            if direction in self._framers and not self._closed:
+                held.segments.append((direction, offset, ts_us, data))
+                held.bytes += len(data)
+                if held.bytes >= ahead.MAX_BYTES:
+                    ahead.catch_up(self, held)
+            return
+        super().data(direction, offset, ts_us, data)
+
+    def catch_up(self) -> None:
+        """Decode the held segments (before anything reads the rows, the facts or the framers' state)."""
+        if self._held is not None and self._held.segments:
+            ahead.catch_up(self, self._held)
+
+    def gap(self, direction: str, offset: int, length: int, ts_us: int) -> None:
+        self.catch_up()
+        super().gap(direction, offset, length, ts_us)
+
+    def close(self, connection=None) -> None:
+        self.catch_up()
+        super().close(connection)
 
     # -- output -----------------------------------------------------------------------------
     def drain_frames(self) -> list[dict]:
         """Frame rows as dicts, the compiled path's rows too (``drain_frame_parts`` keeps those columnar)."""
+        self.catch_up()
         if self.hot_kernel is None:
             return super().drain_frames()
         out: list[dict] = []
@@ -81,6 +109,7 @@ class Amqp091StreamDecoder(StreamDecoderBase):
 
     def drain_frame_parts(self) -> list:
         """Frame rows in wire order: ``[rows]`` (dicts), or ``[FrameBatch]`` when the compiled path made some."""
+        self.catch_up()
         items = super().drain_frames()
         if not any(isinstance(item, HotRows) for item in items):
             return [items] if items else []
@@ -94,7 +123,16 @@ class Amqp091StreamDecoder(StreamDecoderBase):
             builder = self._builders[direction] = HotBuilder(direction, self.body_prefix_bytes)
         return builder
 
+    def drain_errors(self) -> list[dict]:
+        self.catch_up()
+        return super().drain_errors()
+
+    def drain_frame_errors(self) -> list[dict]:
+        self.catch_up()
+        return super().drain_frame_errors()
+
     def connection_facts(self) -> dict:
+        self.catch_up()
         out = super().connection_facts()
         out["dialect"] = self.dialect  # a key of the facts: it keeps its place
         return out
