@@ -294,11 +294,11 @@ class DecodeSettings(_Section):
     body_prefix_bytes: Annotated[int, *Int(0)] = setting(0, "bytes of each message body kept (0 = size and sha256 only)")
     field_table_letters: Annotated[str, *Choice("rabbitmq", "spec")] = setting("rabbitmq", "0-9-1 field-table type letters: `rabbitmq` or `spec`")
     compiled: Annotated[str, *Choice("auto", "on", "off")] = setting(
-        "off", "the 0-9-1 codec's hot frames (basic.publish, deliver, ack, nack, reject, content headers, bodies, "
-        "heartbeats) through the numba-compiled walk (`amqplens/decode/v0_9_1/hotpath.py`): `auto` when numba imports, "
-        "`on` the same (a missing numba still degrades, never fails; a warning says so), `off` the Python decoder alone. "
-        "Same rows either way; not part of the capture's fingerprint. Off: it did not pay at pipeline level yet "
-        "(docs/performance.md)")
+        "auto", "the 0-9-1 codec's hot frames (basic.publish, deliver, ack, nack, reject, content headers, bodies, "
+        "heartbeats) through the numba-compiled walk, each direction decoded ahead of the other between drains "
+        "(`amqplens/decode/v0_9_1/hotpath.py`, `ahead.py`): `auto` when numba imports, `on` the same (a missing numba "
+        "still degrades, never fails; a warning says so), `off` the Python decoder alone (the reference). Same rows "
+        "either way; not part of the capture's fingerprint (docs/performance.md)")
     redact_headers: Annotated[list, *Names("a list of header or property names")] = setting(
         ["authorization", "proxy-authorization", "cookie", "set-cookie", "password", "passwd", "secret", "token",
          "access_token", "refresh_token", "api_key", "apikey", "x-api-key"],

@@ -44,7 +44,7 @@ class DecodeOptions:
 
     def key_log(self) -> KeyLog | None:
         return cast("KeyLog | None", getattr(self.tls_keys, "value", self.tls_keys))
-    compiled: str = "off"  # auto | on | off: the 0-9-1 hot frames through the numba walk (v0_9_1.hotpath); same rows; off until it pays (docs/performance.md)
+    compiled: str = "auto"  # auto | on | off: the 0-9-1 hot frames through the numba walk (v0_9_1.hotpath, ahead); same rows (docs/performance.md)
 
 
 def _v0_9_1(connection_id: str, dialect: str | None, o: DecodeOptions):

@@ -227,4 +227,4 @@ def test_the_switch_is_a_config_key_outside_the_fingerprint():
 
     prints = {c: ingest_captures.fingerprint(ingest_captures.options_from(load_config(sets=[f"decode.compiled={c}"]))) for c in hotpath.CHOICES}
     assert len(set(prints.values())) == 1
-    assert load_config()["decode.compiled"] == "off"  # off until it pays at pipeline level (docs/performance.md)
+    assert load_config()["decode.compiled"] == "auto"  # on by default since it pays at pipeline level (docs/performance.md)
