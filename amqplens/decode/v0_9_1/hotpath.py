@@ -512,11 +512,11 @@ class FrameBatch:
         for cols, n in self._groups():
             lists = {name: a.to_pylist() for name, a in cols.items()}
             rows = [{key: (lists[key][i] if key in lists else None) for key in FRAME_KEYS} for i in range(n)]
-            for m in self.sizes[len(sources) : len(sources) + len(self.sizes)]:  # the group's builders, in order
-                if not rows:
-                    break
-                sources.append(rows[:m])
-                rows = rows[m:]
+            at = 0
+            while at < n:  # the group's builders, in order (their sizes add up to n)
+                m = self.sizes[len(sources)]
+                sources.append(rows[at : at + m])
+                at += m
         return [row for src, start, stop in self.segments for row in sources[src][start:stop]]
 
 
