@@ -39,14 +39,15 @@ def _staged(root: str, names) -> dict[str, StagedTable]:
     return {name: StagedTable(name, root, "bench") for name in names}
 
 
-def decode_stage(table: pa.Table, compiled: str, root: str) -> tuple[float, list, dict]:
-    """(CPU seconds, the (kind, capture, batch) events the lifecycle takes, the tables' rows)."""
+def decode_stage(table: pa.Table, compiled: str, root: str, chunk: int | None = None) -> tuple[float, list, dict]:
+    """(CPU seconds, the (kind, capture, batch) events the lifecycle takes, the tables' rows); ``chunk``: packets per
+    input batch (the decoder drains after each; default the pipeline's batch_rows)."""
     options = pipeline.Options(
         decode_options=DecodeOptions(compiled=compiled), frame_struct=frame_struct(), facts_struct=facts_struct())
     writers = {n: s.writer(0) for n, s in _staged(root, ingest.STAGED_TABLES).items()}
     events, tables = [], {n: [] for n in ingest.STAGED_TABLES}
     t0 = time.process_time()
-    for out in pipeline.decode_flows(table.to_batches(max_chunksize=options.batch_rows), options):
+    for out in pipeline.decode_flows(table.to_batches(max_chunksize=chunk or options.batch_rows), options):
         kind = out.column(0)[0].as_py() if out.num_rows else None
         cid = out.column(1)[0].as_py() if out.num_rows else None
         if kind == "frame":
@@ -112,6 +113,13 @@ def settle_figures(frames: list, deliveries: list, repeat: int) -> bool:
     return not got["different"] and not got["missed"]
 
 
+def results(tables: dict, life: dict) -> dict[str, pa.Table]:
+    """The tables ``decode_stage`` and ``lifecycle_stage`` gave, by name (``life:<kind>`` for the lifecycle's)."""
+    out = {name: _canonical(b) for name, b in tables.items()}
+    out.update({f"life:{k}": pa.Table.from_struct_array(pa.Table.from_batches(v).column(k).combine_chunks()) for k, v in life.items()})
+    return out
+
+
 def _canonical(batches: list, sort_by: str | None = None) -> pa.Table:
     if not batches:
         return pa.table({})
@@ -147,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         n = sum(b.num_rows for b in tables["frames"])
         print(f"compiled={choice}: {n} frames; decode + batches {best_d:.2f} CPU s = {best_d / n * 1e6:.2f} us/frame; "
               f"lifecycle {best_l:.2f} CPU s = {best_l / n * 1e6:.2f} us/frame (best of {args.repeat})", flush=True)
-        result = {name: _canonical(b) for name, b in tables.items()}
-        result.update({f"life:{k}": pa.Table.from_struct_array(pa.Table.from_batches(v).column(k).combine_chunks()) for k, v in life.items()})
+        result = results(tables, life)
         if reference is None:
             reference = result
             if args.settle:
