@@ -181,15 +181,9 @@ class DirectionFramerBase(FramerCore):
             if offset != 0:
                 self.mode = RESYNC
                 self.resync_reason = ("resync_skipped", "bytes before the first plausible frame of a capture that starts mid-stream")
-        self.fed += len(data)
-        self.expected = offset + len(data)
-        self.marks.append((offset, ts_us))
-        self.chunks.append(bytes(data))
-        self.chunks_len += len(data)
-        if len(self.pending) + self.chunks_len >= self.need:
-            self._run(final=False)
+        self.feed_run(offset, bytes(data), ((offset, ts_us),))
 
-    def feed_run(self, offset: int, data: bytes, marks: list[tuple[int, int]]) -> None:
+    def feed_run(self, offset: int, data: bytes, marks) -> None:
         """Contiguous segments at once: their bytes, from ``offset`` (= ``expected``, once started), and a time mark
         ``(offset, ts_us)`` per segment; the frames are the ones ``feed`` per segment gives."""
         self.fed += len(data)

@@ -292,9 +292,9 @@ class HotBuilder:
             base += m
         return out
 
-    def arrays(self, hot: HotTables, connection_id: str, dialect: str, labels: dict | None = None) -> dict[str, pa.Array]:
+    def arrays(self, hot: HotTables, labels: dict[str, pa.Array]) -> dict[str, pa.Array]:
         """The rows as Arrow columns (FRAME_KEYS names; the others are null); ``labels``: the connection_id, direction
-        and dialect columns when they differ from row to row (a merged builder's)."""
+        and dialect columns (``_BuilderEntry.labels``)."""
         from amqplens.decode.v0_9_1 import content_kernel as ck
         from amqplens.decode.v0_9_1 import hot_kernel as k
         from amqplens.decode.v0_9_1.hot_content import hex_column
@@ -321,9 +321,6 @@ class HotBuilder:
             errors = pa.array([self.errors.get(i) for i in range(m)], pa.string())
         else:
             errors = pa.nulls(m, pa.string())
-        if labels is None:
-            labels = {"connection_id": pa.array([connection_id] * m, pa.string()),
-                      "direction": pa.array([self.direction] * m, pa.string()), "dialect": pa.array([dialect] * m, pa.string())}
         cols = {
             "connection_id": labels["connection_id"],
             "direction": labels["direction"],
@@ -375,9 +372,9 @@ class FrameBatch:
 
     def __init__(self, hot: HotTables, connection_id: str, dialect: str, items: list) -> None:
         self.dicts: list[dict] = []
-        # per builder: [builder, hot tables, connection_id, dialect, redactor or None]; its Arrow columns are built
-        # when the batch is converted, with its neighbours' (``_groups``)
-        self.builders: list[list] = []
+        # per builder, what its Arrow columns need; they are built when the batch is converted, with its
+        # neighbours' (``_groups``)
+        self.builders: list[_BuilderEntry] = []
         self._columns: list[tuple[dict, int]] | None = None
         self.sizes = [0]  # rows per source: the dicts, then each builder
         sources: dict[int, int] = {}
@@ -387,7 +384,7 @@ class FrameBatch:
                 src = sources.get(id(item.builder))
                 if src is None:
                     src = sources[id(item.builder)] = len(self.sizes)
-                    self.builders.append([item.builder, hot, connection_id, dialect, None])
+                    self.builders.append(_BuilderEntry(item.builder, hot, connection_id, dialect))
                     self.sizes.append(item.builder.rows)
                 segments.append([src, item.start, item.stop])
             elif segments and segments[-1][0] == 0:
@@ -431,7 +428,7 @@ class FrameBatch:
         for row in self.dicts:
             redactor.row(row)
         for entry in self.builders:  # their columns are redacted when built (``_groups``)
-            entry[4] = redactor
+            entry.redactor = redactor
 
     @staticmethod
     def _redact_columns(cols: dict, redactor) -> None:
@@ -453,22 +450,16 @@ class FrameBatch:
             self._columns = []
             i = 0
             while i < len(self.builders):
-                b, hot, cid, dialect, redactor = self.builders[i]
+                first = self.builders[i]
                 j = i + 1
-                while j < len(self.builders) and _same_group(self.builders[j], self.builders[i]):
+                while j < len(self.builders) and self.builders[j].joins(first):
                     j += 1
                 members = self.builders[i:j]
-                if j - i == 1:
-                    cols = b.arrays(hot, cid, dialect)
-                else:
-                    counts = [m[0].rows for m in members]
-                    labels = {name: pa.array(np.repeat(np.array([m[at] for m in members], object), counts), pa.string())
-                              for name, at in (("connection_id", 2), ("dialect", 3))}
-                    labels["direction"] = pa.array(np.repeat(np.array([m[0].direction for m in members], object), counts), pa.string())
-                    cols = HotBuilder.merged([m[0] for m in members]).arrays(hot, cid, dialect, labels)
-                if redactor is not None:
-                    self._redact_columns(cols, redactor)
-                self._columns.append((cols, sum(m[0].rows for m in members)))
+                builder = first.builder if j - i == 1 else HotBuilder.merged([m.builder for m in members])
+                cols = builder.arrays(first.hot, _BuilderEntry.labels(members))
+                if first.redactor is not None:
+                    self._redact_columns(cols, first.redactor)
+                self._columns.append((cols, builder.rows))
                 i = j
         return self._columns
 
@@ -520,12 +511,34 @@ class FrameBatch:
         return [row for src, start, stop in self.segments for row in sources[src][start:stop]]
 
 
-def _same_group(a: list, b: list) -> bool:
-    """Whether two FrameBatch builders' columns can be built together: the same hot tables, prefix length and
-    redaction names."""
-    ra, rb = a[4], b[4]
-    return a[1] is b[1] and a[0].prefix_bytes == b[0].prefix_bytes and (ra is rb or (ra is not None and rb is not None
-                                                                                   and ra.names == rb.names))
+class _BuilderEntry:
+    """A ``FrameBatch``'s builder with what its columns need: the hot tables, the connection, the dialect and (once
+    ``redact`` ran) the redactor."""
+
+    __slots__ = ("builder", "hot", "connection_id", "dialect", "redactor")
+
+    def __init__(self, builder: HotBuilder, hot: HotTables, connection_id: str, dialect: str) -> None:
+        self.builder, self.hot, self.connection_id, self.dialect = builder, hot, connection_id, dialect
+        self.redactor = None
+
+    def joins(self, other: "_BuilderEntry") -> bool:
+        """Whether the two builders' columns can be built together: the same hot tables, prefix length and
+        redaction names."""
+        a, b = self.redactor, other.redactor
+        return (self.hot is other.hot and self.builder.prefix_bytes == other.builder.prefix_bytes
+                and (a is b or (a is not None and b is not None and a.names == b.names)))
+
+    @staticmethod
+    def labels(members: list["_BuilderEntry"]) -> dict[str, pa.Array]:
+        """The connection_id, direction and dialect columns of the members' rows, one after the other."""
+        counts = [m.builder.rows for m in members]
+
+        def column(values: list) -> pa.Array:
+            return pa.array(np.repeat(np.array(values, object), counts), pa.string())
+
+        return {"connection_id": column([m.connection_id for m in members]),
+                "direction": column([m.builder.direction for m in members]),
+                "dialect": column([m.dialect for m in members])}
 
 
 def run(kernel, framer, buf: bytes, mv: memoryview, pos: int, n: int) -> int:

@@ -21,7 +21,7 @@ from typing import Unpack, cast
 from amqplens.decode.errors import FrameError
 from amqplens.decode.detect import D0_8, D0_9_1, FAMILY_0_9_1, describe, detect_protocol_header
 from amqplens.decode.streaming import FramedOptions, StreamDecoderBase, decode_both
-from amqplens.decode.tcp.records import TO_SERVER
+from amqplens.decode.tcp.records import TO_SERVER, ConnectionRecord
 from amqplens.decode.v0_9_1 import ahead
 from amqplens.decode.v0_9_1.content import ContentTracker
 from amqplens.decode.v0_9_1.facts import FACT_CLASSES, ConnectionFacts
@@ -92,14 +92,13 @@ class Amqp091StreamDecoder(StreamDecoderBase):
         self.catch_up()
         super().gap(direction, offset, length, ts_us)
 
-    def close(self, connection=None) -> None:
+    def close(self, connection: ConnectionRecord | None = None) -> None:
         self.catch_up()
         super().close(connection)
 
     # -- output -----------------------------------------------------------------------------
     def drain_frames(self) -> list[dict]:
         """Frame rows as dicts, the compiled path's rows too (``drain_frame_parts`` keeps those columnar)."""
-        self.catch_up()
         if self.hot_kernel is None:
             return super().drain_frames()
         out: list[dict] = []
