@@ -1,6 +1,6 @@
 """CPU per frame of an ingest task's two halves, without Spark: decode + batches, then the fused lifecycle.
 
-    python -m tools.bench_task CAPTURE.pcap [--repeat 3] [--compiled off,auto]
+    python -m tools.bench_task CAPTURE.pcap [--repeat 3] [--compiled off,auto] [--fold on,off]
 
 The capture's packets (one split, sorted as the ingest shuffle sorts them) go through
 ``ingest_captures.decode_and_stage``'s work in one process: ``pipeline.decode_flows`` (TCP
@@ -9,8 +9,9 @@ reassembly, the codecs, redaction, the frame batches), the frames table's rows a
 connection batches it gave are then fed to the fused lifecycle (``ConnectionLifecycle``) and
 its rows written the same way: "lifecycle". Each figure is CPU seconds of this process
 (``time.process_time``; the machine is shared), best of ``--repeat``, per frame.
-For each ``--compiled`` setting the lifecycle tables, frames, connections and decode_errors
-must be the same as the first setting's; the exit status says whether they were.
+For each ``--compiled`` setting and each ``--fold`` setting (the fused lifecycle's folding of 0-9-1
+content frames, ``amqplens/lifecycle/fold.py``) the lifecycle tables, frames, connections and
+decode_errors must be the same as the first pair's; the exit status says whether they were.
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ def decode_stage(table: pa.Table, compiled: str, root: str, chunk: int | None = 
     return time.process_time() - t0, events, tables
 
 
-def lifecycle_stage(events: list, root: str) -> tuple[float, dict]:
-    fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=8192)
+def lifecycle_stage(events: list, root: str, fold: bool = True) -> tuple[float, dict]:
+    fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=8192, fold_content=fold)
     life = lifecycle.LifecycleWriters({k: StagedTable(t.name, root, "bench") for k, t in lifecycle.OUTPUTS}, 0)
     kept: dict[str, list] = {}
     t0 = time.process_time()
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("capture")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--compiled", default="off,auto")
+    ap.add_argument("--fold", default="on", help="on, off or both (on,off): the fused lifecycle's content folding")
     ap.add_argument("--settle", action="store_true", help="also time lifecycle.settle091 (the array settlement prototype) "
                     "on the first setting's frames and compare it with the machines' deliveries")
     args = ap.parse_args(argv)
@@ -140,21 +142,21 @@ def main(argv: list[str] | None = None) -> int:
     table = packets(args.capture)
     reference = None
     same = True
-    for choice in args.compiled.split(","):
+    for choice, fold in [(c, f) for c in args.compiled.split(",") for f in args.fold.split(",")]:
         best_d = best_l = None
         for _ in range(args.repeat):
             root = tempfile.mkdtemp(prefix="bench-task-")
             try:
                 d, events, tables = decode_stage(table, choice, root)
-                lc, life = lifecycle_stage(events, root)
+                lc, life = lifecycle_stage(events, root, fold == "on")
             finally:
                 shutil.rmtree(root, ignore_errors=True)
-            print(f"  compiled={choice}: decode + batches {d:.2f} CPU s, lifecycle {lc:.2f} CPU s", flush=True)
+            print(f"  compiled={choice} fold={fold}: decode + batches {d:.2f} CPU s, lifecycle {lc:.2f} CPU s", flush=True)
             best_d = d if best_d is None else min(best_d, d)
             best_l = lc if best_l is None else min(best_l, lc)
         n = sum(b.num_rows for b in tables["frames"])
-        print(f"compiled={choice}: {n} frames; decode + batches {best_d:.2f} CPU s = {best_d / n * 1e6:.2f} us/frame; "
-              f"lifecycle {best_l:.2f} CPU s = {best_l / n * 1e6:.2f} us/frame (best of {args.repeat})", flush=True)
+        print(f"compiled={choice} fold={fold}: {n} frames; decode + batches {best_d:.2f} CPU s = {best_d / n * 1e6:.2f} "
+              f"us/frame; lifecycle {best_l:.2f} CPU s = {best_l / n * 1e6:.2f} us/frame (best of {args.repeat})", flush=True)
         result = results(tables, life)
         if reference is None:
             reference = result

@@ -314,6 +314,14 @@ class Connection091:
         return rec
 
     def _open_content(self, f: dict, rec: Delivery | None) -> None:
+        folded = f.get("fold_frame_ids")
+        if folded is not None and rec is not None:  # its header and bodies came with it (fold.py): complete now
+            rec.frame_ids += folded
+            rec.properties_json, rec.body_size = f["fold_properties_json"], f["fold_body_size"]
+            rec.body_sha256, rec.complete = f["fold_body_sha256"], True
+            if not rec.live:
+                self.out.deliveries.append(rec.row())
+            return
         self.content[(f["direction"], f["channel"])] = [f.get("message_seq"), rec]
 
     def _content_frame(self, f: dict, fid: str, header: bool) -> None:

@@ -109,6 +109,26 @@ class LifecycleBatcher:
         self.runner.finish()
         yield from self._emit(final=True)
 
+    def arrays(self, done) -> Iterator[pa.RecordBatch]:
+        """The rows ``array091.lifecycle`` gave (``done``: its ``Result``) as output batches of ``batch_rows``."""
+        n_kinds = {"delivery": done.deliveries, "flow_event": done.flow_events}
+        for kind, table in n_kinds.items():
+            if table is None or not table.num_rows:
+                continue
+            struct = self.structs[kind]
+            for start in range(0, table.num_rows, self.batch_rows):
+                part = table.slice(start, self.batch_rows)
+                m = part.num_rows
+                values = pa.StructArray.from_arrays([part.column(f.name).combine_chunks().cast(f.type) for f in struct],
+                                                    fields=list(struct))
+                arrays = [pa.array([kind] * m, pa.string()), part.column("capture_id").combine_chunks()]
+                arrays += [values if f.name == kind else pa.nulls(m, f.type) for f in list(self.schema)[2:]]
+                yield pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        rows = done.request_responses
+        for start in range(0, len(rows), self.batch_rows):
+            yield _out_batch(self.schema, "request_response", rows[start:start + self.batch_rows],
+                             self.structs["request_response"])
+
     def reset(self) -> None:
         """A fresh runner (after one raised: its state is not to be trusted); the rows already out are kept."""
         self.runner = LifecycleRunner(self.options)

@@ -39,6 +39,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from amqplens.lifecycle.batches import FRAME_COLUMNS, LifecycleBatcher
+from amqplens.lifecycle import array091
+from amqplens.lifecycle.fold import FOLD_COLUMNS, fold
 from amqplens.lifecycle.runner import LifecycleOptions
 from amqplens.decode.common.arrow import use_system_memory_pool
 from amqplens.decode.common.reports import ConnectionsClosed
@@ -57,8 +59,14 @@ class ConnectionLifecycle:
 
     def __init__(self, delivery_struct: pa.StructType, flow_event_struct: pa.StructType,
                  request_response_struct: pa.StructType, options: LifecycleOptions = LifecycleOptions(),
-                 batch_rows: int = 8192, max_held_rows: int | None = None) -> None:
+                 batch_rows: int = 8192, max_held_rows: int | None = None, fold_content: bool = True,
+                 arrays: bool = True) -> None:
         use_system_memory_pool()
+        # 0-9-1 content frames and heartbeats folded onto their messages' method rows before the machines (fold.py);
+        # False feeds every frame, as the lifecycle job does
+        self.fold_content = fold_content
+        # and the 0-9-1 connections array091.py models done from arrays (needs fold_content)
+        self.arrays = arrays
         self.out = LifecycleBatcher(delivery_struct, flow_event_struct, request_response_struct, options, batch_rows)
         self.batch_rows = batch_rows
         # frames held of connections not yet whole, at most: a long-lived connection's frames would otherwise stay in
@@ -146,9 +154,17 @@ class ConnectionLifecycle:
         columns = [c for c in FRAME_COLUMNS if c in self.types or (c == "ts_us" and "ts" in self.types)]
         try:
             frames = _table([p for parts in ready.values() for p in parts], self.types)
-            order = pc.sort_indices(frames, options=_SORT)
-            for start in range(0, len(order), self.batch_rows):
-                for batch in frames.take(order.slice(start, self.batch_rows)).to_batches():
+            frames = frames.take(pc.sort_indices(frames, options=_SORT))
+            if self.fold_content:
+                frames = fold(frames, self.out.options.reorder_window)
+                columns += [c for c in FOLD_COLUMNS if c in frames.column_names]
+                if self.arrays:
+                    done = array091.lifecycle(frames, self.out.options.reorder_window)
+                    yield from self.out.arrays(done)
+                    if done.taken.any():
+                        frames = frames.filter(pa.array(~done.taken))
+            for start in range(0, frames.num_rows, self.batch_rows):
+                for batch in frames.slice(start, self.batch_rows).to_batches():
                     yield from self.out.feed(batch, columns)
             yield from self.out.end_connection()
         except Exception as exc:  # noqa: BLE001 - the lifecycle job redoes these captures, and fails the culprit alone

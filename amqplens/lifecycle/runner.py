@@ -41,7 +41,7 @@ from amqplens.lifecycle.amqp091 import Connection091
 from amqplens.lifecycle.amqp10 import Connection10
 from amqplens.lifecycle.records import Output, frame_id_of
 
-_REFERS_BACK = frozenset({"ack", "nack", "reject", "get-empty", "redirect",
+REFERS_BACK = frozenset({"ack", "nack", "reject", "get-empty", "redirect",
                           # 0-10: settlements, completions, results and the answering controls
                           "accept", "release", "completed", "known-completed", "result", "exception", "attached", "detached"})
 
@@ -55,7 +55,7 @@ class LifecycleOptions:
 def _rank(row: dict) -> int:
     m = row.get("method_name")
     if m is not None:
-        return 1 if m in _REFERS_BACK or m.endswith("-ok") else 0
+        return 1 if m in REFERS_BACK or m.endswith("-ok") else 0
     return 1 if row.get("performative") == "disposition" else 0
 
 

@@ -1,0 +1,728 @@
+"""The 0-9-1 lifecycle of whole connections from arrays: one compiled pass per batch, Python per rare frame only.
+
+Issue 32 step 3. ``Connection091`` (amqp091.py) is the reference: it takes a frame at a time and is what every
+connection this module does not take goes to. This module takes, from a batch of whole connections whose content
+frames ``fold.py`` folded onto their messages' method rows, the connections whose every frame it models, and gives
+the rows the machine would: deliveries, flow_events and request_responses.
+
+What it models (anything else leaves the whole connection to the machine; ``_pass`` gives up on a connection the
+moment it meets something else, and its rows are then the machine's):
+
+- channels opened once and closed at most once, every step of the endpoint machine unflagged; nothing on a
+  channel after its close or after connection.close-ok;
+- basic.publish not mandatory / immediate, with confirm.select or without; the broker's basic.ack / nack
+  settling confirm-mode publishes by number, ``multiple`` included;
+- basic.deliver to a consumer started by basic.consume (+ consume-ok, or no-wait) without no-ack, delivery
+  tags rising on the channel while outstanding; the client's basic.ack / nack / reject, ``multiple`` included,
+  each naming something outstanding;
+- basic.qos (the channel's and the consumers' prefetch) and the flow rows of qos, deliver, settle and close;
+- every message folded (no header or body frame left), message numbers rising per channel and direction;
+- channel close-ok, connection.close, close-ok and the capture's end: outstanding deliveries and publishes
+  ended as the machine ends them;
+- every other method (connection.*, channel open/close, declares, bindings, ...) only as far as the endpoint
+  machine and the request matcher see it: ``RequestMatcher`` (requests.py) runs on those frames in Python.
+
+The delivery and publish outcomes come from the machines' own tables (``machines.PUBLISH``, ``DELIVER``,
+``ENDPOINT`` as arrays), so a changed rule there changes both paths. The frames are handled in the order
+``runner.LifecycleRunner`` handles them (``fold._runner_order``). ``tests/lifecycle/test_array091.py`` compares
+every row with the machine's on every fixture and on mutated frame tables.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numba import njit
+
+from amqplens.decode.detect import FAMILY_0_9_1
+from amqplens.lifecycle import machines
+from amqplens.lifecycle.amqp091 import ENDPOINT_EVENT
+from amqplens.lifecycle.fold import _frame_ids, runner_orders
+from amqplens.lifecycle.records import DELIVERY_KEYS, FLOW_EVENT_KEYS, FROM_BROKER, TO_BROKER, Output, frame_arg, properties_0_9_1
+from amqplens.lifecycle.requests import RequestMatcher, sync_tables
+from amqplens.lifecycle.runner import REFERS_BACK
+
+# actions of a row
+(A_NONE, A_BAD, A_PUBLISH, A_DELIVER, A_SETTLE, A_CONFIRM, A_QOS, A_CONSUME, A_CONSUME_NOWAIT, A_CONSUME_OK,
+ A_CONFIRM_SELECT, A_CONN_CLOSE, A_CONN_CLOSE_OK, A_CANCEL_OK) = range(14)
+_ACTIONS = {("basic", "publish"): A_PUBLISH, ("basic", "deliver"): A_DELIVER, ("basic", "qos"): A_QOS,
+            ("basic", "consume"): A_CONSUME, ("basic", "consume-ok"): A_CONSUME_OK,
+            ("confirm", "select"): A_CONFIRM_SELECT, ("connection", "close"): A_CONN_CLOSE,
+            ("connection", "close-ok"): A_CONN_CLOSE_OK, ("basic", "cancel-ok"): A_CANCEL_OK}
+_LEFT_TO_MACHINES = [("basic", m) for m in ("return", "recover", "recover-async", "get", "get-ok", "get-empty")] + [
+    ("tx", "select"), ("tx", "commit-ok"), ("tx", "rollback-ok"), ("channel", "flow-ok"), ("connection", "blocked"),
+    ("connection", "unblocked")]
+_HOT = (("basic", "publish"), ("basic", "deliver"), ("basic", "ack"), ("basic", "nack"), ("basic", "reject"))
+FLOW_EVENTS = ("qos", "deliver", "settle", "close")
+
+_EP_EVENTS = machines.ENDPOINT.events
+_P_EVENTS = machines.PUBLISH.events
+_D_EVENTS = machines.DELIVER.events
+_EFFECTS = machines.EFFECTS
+_SETTLE_EVENTS = {("ack", False): "ack", ("ack", True): "ack", ("nack", True): "nack_requeue",
+                  ("nack", False): "nack_drop", ("reject", True): "reject_requeue", ("reject", False): "reject_drop"}
+
+
+def _tables(machine) -> tuple:
+    """(state names incl. outcomes, next state, effect, flagged): a machine's table as arrays."""
+    names = list(machine.states) + sorted(machine.outcomes)
+    shape = (len(machine.states), len(machine.events))
+    nxt, effect, flagged = np.zeros(shape, np.int64), np.zeros(shape, np.int64), np.zeros(shape, np.bool_)
+    for i, s in enumerate(machine.states):
+        for j, e in enumerate(machine.events):
+            t = machine.step(s, e)
+            nxt[i, j], effect[i, j], flagged[i, j] = names.index(t.next_state), _EFFECTS.index(t.effect), t.flag is not None
+    return names, nxt, effect, flagged
+
+
+_P = _tables(machines.PUBLISH)
+_D = _tables(machines.DELIVER)
+_E = _tables(machines.ENDPOINT)
+EFF = {name: i for i, name in enumerate(_EFFECTS)}
+
+
+@njit(cache=True, nogil=True)
+def _step(r, ev, nxt, effect, flagged, n_states, state, by, by_ts, row, ts, eff_settle, eff_fire, eff_revert, sent):
+    """``Delivery.step`` on record ``r`` (its first frame's row; ``sent``: the rows' times) by the frame of ``row`` at
+    ``ts``: -1 flagged (the connection goes to the machine), 1 ended, 0 not."""
+    s = state[r]
+    if s >= n_states:
+        return 0
+    if flagged[s, ev]:
+        return -1
+    e = effect[s, ev]
+    if eff_settle[e]:
+        by[r], by_ts[r] = row, ts
+    elif e == eff_fire:
+        by[r], by_ts[r] = r, sent[r]
+    elif e == eff_revert:
+        by[r] = -1
+    state[r] = nxt[s, ev]
+    return 1 if state[r] >= n_states else 0
+
+
+@njit(cache=True, nogil=True)
+def _emit(events, k, row, entity, consumer, event, prefetch, in_flight, chan):
+    if k >= events.shape[0]:
+        bigger = np.empty((events.shape[0] * 2, events.shape[1]), np.int64)
+        bigger[:k] = events[:k]
+        events = bigger
+    events[k, 0], events[k, 1], events[k, 2], events[k, 3] = row, entity, consumer, event
+    events[k, 4], events[k, 5], events[k, 6] = prefetch, in_flight, 1 if in_flight >= prefetch > 0 else 0
+    events[k, 7] = chan
+    return events, k + 1
+
+
+@njit(cache=True, nogil=True)
+def _pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, requeue_or_kind, seq, dirchan, ts,
+          prefetch_arg, global_qos, no_ack, n_chan, n_cons, n_dirchan,
+          p_tab, p_eff, p_flag, p_n, d_tab, d_eff, d_flag, d_n, e_tab, e_eff, e_flag,
+          ev_p, ev_d, ev_e, eff_settle, eff_fire, eff_revert, eff_open, eff_close,
+          bad, state, by, by_ts, dtag, rec_cons, c_queue, closed_here):
+    """Every connection ``bounds[c]``..``bounds[c+1]`` of ``order`` (its rows in the runner's order). ``ev_p``/``ev_d``:
+    indexes of the machine events used, ``ev_e``: endpoint events (open, open_reply, close_reply, closed state,
+    unseen state). Returns the flow rows (row, entity, consumer, event, prefetch, in_flight, at_limit, channel)."""
+    P_CONFIRM, P_PLAIN, P_ACK, P_NACK, P_CH_CLOSE, P_CONN_CLOSE, P_END = ev_p[0], ev_p[1], ev_p[2], ev_p[3], ev_p[4], ev_p[5], ev_p[6]
+    D_MANUAL, D_CH_CLOSE, D_CONN_CLOSE, D_END = ev_d[0], ev_d[1], ev_d[2], ev_d[3]
+    E_OPEN, E_CLOSE_REPLY, S_CLOSED, S_UNSEEN = ev_e[0], ev_e[1], ev_e[2], ev_e[3]
+    n = len(action)
+    events = np.empty((max(16, n), 8), np.int64)
+    k = 0
+    ep_state = np.full(n_chan, S_UNSEEN, np.int64)
+    confirm = np.zeros(n_chan, np.bool_)
+    next_seq = np.ones(n_chan, np.int64)
+    prefetch = np.zeros(n_chan, np.int64)
+    cprefetch = np.zeros(n_chan, np.int64)
+    in_flight = np.zeros(n_chan, np.int64)
+    gone = np.zeros(n_chan, np.bool_)
+    u_head = np.full(n_chan, -1, np.int64)
+    u_tail = np.full(n_chan, -1, np.int64)
+    c_head = np.full(n_chan, -1, np.int64)
+    c_tail = np.full(n_chan, -1, np.int64)
+    q_head = np.full(n_chan, -1, np.int64)
+    q_tail = np.full(n_chan, -1, np.int64)
+    nxt = np.full(n, -1, np.int64)
+    registered = np.zeros(n_cons, np.bool_)
+    cancelled = np.zeros(n_cons, np.bool_)  # a consumer started again after its cancel: another record, not modelled
+    c_prefetch = np.zeros(n_cons, np.int64)
+    c_in_flight = np.zeros(n_cons, np.int64)
+    last_seq = np.full(n_dirchan, -1, np.int64)
+    chans = np.empty(n_chan, np.int64)
+    touched = np.empty(n + 1, np.int64)  # consumers of the records one settlement or close ends (with repeats)
+    for c in range(len(bounds) - 1):
+        n_seen = 0
+        closing = -1
+        conn_closed = False
+        failed = False
+        for j in range(bounds[c], bounds[c + 1] + 2):
+            last = j >= bounds[c + 1]
+            if not last:
+                i = order[j]
+                a = action[i]
+                ch = dchan[i]
+                ev = ep_event[i]
+                if a == A_BAD:
+                    failed = True
+                    break
+                if ev >= 0:  # a method on a channel other than 0: the endpoint machine
+                    if gone[ch] or conn_closed:
+                        failed = True
+                        break
+                    s = ep_state[ch]
+                    if e_flag[s, ev] or (ev == E_OPEN and (e_eff[s, ev] == eff_open or e_eff[s, ev] == eff_close) and s != S_UNSEEN):
+                        failed = True
+                        break
+                    if s == S_UNSEEN:
+                        chans[n_seen] = ch
+                        n_seen += 1
+                    ep_state[ch] = e_tab[s, ev]
+                elif a != A_NONE and a != A_CONN_CLOSE and a != A_CONN_CLOSE_OK:
+                    failed = True  # a channel's method on channel 0: not modelled
+                    break
+                if a == A_PUBLISH or a == A_DELIVER:
+                    dc = dirchan[i]
+                    if seq[i] <= last_seq[dc]:
+                        failed = True
+                        break
+                    last_seq[dc] = seq[i]
+                if a == A_PUBLISH:
+                    if confirm[ch]:
+                        dtag[i] = next_seq[ch]
+                        next_seq[ch] += 1
+                        if c_tail[ch] >= 0:
+                            nxt[c_tail[ch]] = i
+                        else:
+                            c_head[ch] = i
+                        c_tail[ch] = i
+                        pe = P_CONFIRM
+                    else:
+                        pe = P_PLAIN
+                    if _step(i, pe, p_tab, p_eff, p_flag, p_n, state, by, by_ts, i, ts[i], eff_settle, eff_fire, eff_revert, ts) < 0:
+                        failed = True
+                        break
+                elif a == A_DELIVER:
+                    kk = cons[i]
+                    if kk < 0 or not registered[kk] or (u_tail[ch] >= 0 and tag[i] <= tag[u_tail[ch]]):
+                        failed = True
+                        break
+                    rec_cons[i] = kk
+                    if _step(i, D_MANUAL, d_tab, d_eff, d_flag, d_n, state, by, by_ts, i, ts[i], eff_settle, eff_fire, eff_revert, ts) != 0:
+                        failed = True
+                        break
+                    if u_tail[ch] >= 0:
+                        nxt[u_tail[ch]] = i
+                    else:
+                        u_head[ch] = i
+                    u_tail[ch] = i
+                    in_flight[ch] += 1
+                    c_in_flight[kk] += 1
+                    events, k = _emit(events, k, i, 0, -1, 1, prefetch[ch], in_flight[ch], ch)
+                    events, k = _emit(events, k, i, 1, kk, 1, c_prefetch[kk], c_in_flight[kk], ch)
+                elif a == A_SETTLE or a == A_CONFIRM:
+                    client = a == A_SETTLE
+                    t = tag[i]
+                    head = u_head if client else c_head
+                    tail = u_tail if client else c_tail
+                    n_touched = 0
+                    found = False
+                    prev = -1
+                    r = head[ch]
+                    steps = 0
+                    while r >= 0:
+                        steps += 1
+                        if steps > 100_000:  # a scan this long: the machine's dict is the better tool
+                            failed = True
+                            break
+                        key = tag[r] if client else dtag[r]
+                        if multiple[i] and t and key > t:
+                            break
+                        if multiple[i] or key == t:
+                            found = True
+                            if client:
+                                got = _step(r, requeue_or_kind[i], d_tab, d_eff, d_flag, d_n, state, by, by_ts, i, ts[i], eff_settle, eff_fire, eff_revert, ts)
+                            else:
+                                got = _step(r, P_ACK if requeue_or_kind[i] == 0 else P_NACK, p_tab, p_eff, p_flag, p_n,
+                                            state, by, by_ts, i, ts[i], eff_settle, eff_fire, eff_revert, ts)
+                            if got != 1:
+                                failed = True
+                                break
+                            if client:
+                                in_flight[ch] -= 1
+                                c_in_flight[rec_cons[r]] -= 1
+                                touched[n_touched] = rec_cons[r]
+                                n_touched += 1
+                            r2 = nxt[r]
+                            if prev >= 0:
+                                nxt[prev] = r2
+                            else:
+                                head[ch] = r2
+                            if tail[ch] == r:
+                                tail[ch] = prev
+                            r = r2
+                            if not multiple[i]:
+                                break
+                            continue
+                        if not multiple[i] and key > t:
+                            break
+                        prev = r
+                        r = nxt[r]
+                    if failed or not found:
+                        failed = True
+                        break
+                    if client:
+                        events, k = _emit(events, k, i, 0, -1, 2, prefetch[ch], in_flight[ch], ch)
+                        ids = np.unique(touched[:n_touched])
+                        for kk in ids:
+                            events, k = _emit(events, k, i, 1, kk, 2, c_prefetch[kk], c_in_flight[kk], ch)
+                elif a == A_QOS:
+                    prefetch[ch] = prefetch_arg[i]
+                    if not global_qos[i]:
+                        cprefetch[ch] = prefetch_arg[i]
+                    events, k = _emit(events, k, i, 0, -1, 0, prefetch[ch], in_flight[ch], ch)
+                elif a == A_CONSUME:
+                    if q_tail[ch] >= 0:
+                        nxt[q_tail[ch]] = i
+                    else:
+                        q_head[ch] = i
+                    q_tail[ch] = i
+                elif a == A_CONSUME_NOWAIT or a == A_CONSUME_OK:
+                    kk = cons[i]
+                    src = i
+                    if a == A_CONSUME_OK:
+                        src = q_head[ch]
+                        if src >= 0:
+                            q_head[ch] = nxt[src]
+                            if q_head[ch] < 0:
+                                q_tail[ch] = -1
+                    if kk < 0 or (a == A_CONSUME_NOWAIT and registered[kk]) or cancelled[kk]:
+                        failed = True
+                        break
+                    if not registered[kk]:
+                        if src >= 0 and no_ack[src]:
+                            failed = True
+                            break
+                        registered[kk] = True
+                        c_prefetch[kk] = cprefetch[ch]
+                        c_queue[kk] = src  # the consume whose queue the consumer has (-1: none)
+                elif a == A_CANCEL_OK:  # the consumer leaves the channel; its deliveries stay outstanding
+                    kk = cons[i]
+                    if kk >= 0 and registered[kk]:
+                        registered[kk] = False
+                        cancelled[kk] = True
+                elif a == A_CONFIRM_SELECT:
+                    if not confirm[ch]:
+                        confirm[ch] = True
+                        next_seq[ch] = 1
+                elif a == A_CONN_CLOSE:
+                    closing = i
+            # channel and connection ends: at a channel's close-ok, connection.close-ok, the end
+            close_row = -1
+            n_close = 0
+            if last:
+                if j > bounds[c + 1]:
+                    break
+                close_row = closing
+                pe_c, de_c = (P_CONN_CLOSE, D_CONN_CLOSE) if closing >= 0 else (P_END, D_END)
+                n_close = n_seen
+            elif a == A_CONN_CLOSE_OK:
+                close_row, pe_c, de_c, n_close = i, P_CONN_CLOSE, D_CONN_CLOSE, n_seen
+                conn_closed = True
+                closing = -1
+            elif ev == E_CLOSE_REPLY and ep_state[ch] == S_CLOSED:
+                close_row, pe_c, de_c, n_close = i, P_CH_CLOSE, D_CH_CLOSE, -1
+                closed_here[i] = True
+            for x in range(max(n_close, 1) if n_close != 0 else 0):
+                cc = ch if n_close < 0 else chans[x]
+                had = in_flight[cc]
+                n_touched = 0
+                r = u_head[cc]
+                while r >= 0:
+                    touched[n_touched] = rec_cons[r]
+                    n_touched += 1
+                    got = _step(r, de_c, d_tab, d_eff, d_flag, d_n, state, by, by_ts, close_row, ts[close_row] if close_row >= 0 else 0,
+                                eff_settle, eff_fire, eff_revert, ts)
+                    if got < 0:
+                        failed = True
+                    elif got == 1:
+                        in_flight[cc] -= 1
+                        c_in_flight[rec_cons[r]] -= 1
+                    r = nxt[r]
+                r = c_head[cc]
+                while r >= 0:
+                    if _step(r, pe_c, p_tab, p_eff, p_flag, p_n, state, by, by_ts, close_row, ts[close_row] if close_row >= 0 else 0,
+                             eff_settle, eff_fire, eff_revert, ts) < 0:
+                        failed = True
+                    r = nxt[r]
+                u_head[cc] = u_tail[cc] = c_head[cc] = c_tail[cc] = -1
+                if had and close_row >= 0:
+                    events, k = _emit(events, k, close_row, 0, -1, 3, prefetch[cc], in_flight[cc], cc)
+                    for kk in np.unique(touched[:n_touched]):
+                        events, k = _emit(events, k, close_row, 1, kk, 3, c_prefetch[kk], c_in_flight[kk], cc)
+                if n_close < 0:  # a fresh channel, closed: nothing may follow on it
+                    gone[cc] = True
+            if failed:
+                break
+        if failed:
+            bad[c] = True
+    return events[:k]
+
+
+def _fill(table: pa.Table, name: str, fill, dtype) -> np.ndarray:
+    if name not in table.column_names or pa.types.is_null(table.column(name).type):
+        return np.full(table.num_rows, fill, dtype)
+    return pc.fill_null(table.column(name), fill).to_numpy().astype(dtype)
+
+
+def _valid(table: pa.Table, name: str) -> np.ndarray:
+    if name not in table.column_names:
+        return np.zeros(table.num_rows, bool)
+    return pc.is_valid(table.column(name)).to_numpy(zero_copy_only=False)
+
+
+def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list]:
+    """Dictionary codes (-1: null) and the dictionary's values."""
+    enc = pc.dictionary_encode(column)
+    enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
+    return pc.fill_null(enc.indices, -1).to_numpy().astype(np.int64), enc.dictionary.to_pylist()
+
+
+def _dense(*keys: np.ndarray) -> np.ndarray:
+    """A dense id per distinct tuple of the keys, increasing with the tuples' order."""
+    return np.unique(np.stack(keys), axis=1, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+
+class Result:
+    """What ``lifecycle`` gives: ``taken`` (the rows of the connections it did; the others go to the machines), and
+    per kind the rows: ``deliveries`` and ``flow_events`` as Arrow tables of the structs' fields (with
+    ``capture_id``), ``request_responses`` as dicts with their connections' capture ids."""
+
+    def __init__(self, n: int) -> None:
+        self.taken = np.zeros(n, bool)
+        self.deliveries: pa.Table | None = None
+        self.flow_events: pa.Table | None = None
+        self.request_responses: list[tuple[str | None, dict]] = []
+        self.why: dict[int, tuple] = {}  # debug: connection number -> why it went to the machine
+
+
+def lifecycle(table: pa.Table, window: int, debug: bool = False) -> Result:
+    """``table``: whole connections' frames (the fused lifecycle's columns and ``FOLD_COLUMNS``), sorted by
+    (connection_id, ts, stream_offset, direction); ``window``: the runner's reorder window."""
+    n = table.num_rows
+    result = Result(n)
+    if n == 0 or "fold_frame_ids" not in table.column_names or any(
+            c not in table.column_names for c in ("connection_id", "direction", "stream_offset", "ts", "dialect",
+                                                  "frame_type", "class_name", "method_name")):
+        return result
+    for name in ("class_name", "method_name", "consumer_tag", "frame_type", "direction", "dialect", "connection_id"):
+        if name in table.column_names and pa.types.is_null(table.column(name).type):  # all null: as text
+            table = table.set_column(table.column_names.index(name), name, table.column(name).cast(pa.string()))
+    ts_col = table.column("ts")
+    if pa.types.is_timestamp(ts_col.type) and ts_col.type.unit != "us":
+        ts_col = ts_col.cast(pa.timestamp("us", tz=ts_col.type.tz))
+    ts = pc.fill_null(ts_col.cast(pa.int64()) if not pa.types.is_integer(ts_col.type) else ts_col, 0).to_numpy()
+    conn, _ = _codes(table.column("connection_id"))
+    dialect, dialects = _codes(table.column("dialect"))
+    direction_ok = pc.fill_null(pc.is_in(table.column("direction"), pa.array(["to_server", "to_client"])), False)
+    direction = pc.fill_null(pc.equal(table.column("direction"), "to_client"), False).to_numpy(zero_copy_only=False).astype(np.int64)
+    offset = _fill(table, "stream_offset", 0, np.int64)
+    idx = np.arange(n)
+    starts = np.flatnonzero(np.r_[True, conn[1:] != conn[:-1]])
+    bounds = np.append(starts, n).astype(np.int64)
+    sizes = np.diff(bounds)
+    of_conn = np.repeat(np.arange(len(starts)), sizes)
+    family = np.array([d in FAMILY_0_9_1 for d in dialects] + [False])[dialect]
+    bad_row = ~(direction_ok.to_numpy(zero_copy_only=False) & _valid(table, "ts") & _valid(table, "stream_offset")
+                & family & (dialect == dialect[starts][of_conn]) & (conn >= 0))
+    stream = np.lexsort((idx, direction, conn))
+    same_group = (conn[stream][1:] == conn[stream][:-1]) & (direction[stream][1:] == direction[stream][:-1])
+    bad_row[stream[1:][same_group & (offset[stream][1:] <= offset[stream][:-1])]] = True
+
+    # what each row does
+    method = pc.fill_null(table.column("method_name"), "")
+    name_col = pc.binary_join_element_wise(pc.fill_null(table.column("class_name"), ""), method, "\x00")
+    name_code, names = _codes(name_col)
+    pairs = [tuple(x.split("\x00", 1)) for x in names]
+    is_method = pc.fill_null(pc.equal(table.column("frame_type"), "method"), False).to_numpy(zero_copy_only=False)
+    content = pc.fill_null(pc.is_in(table.column("frame_type"), pa.array(["header", "body"])), False).to_numpy(zero_copy_only=False)
+    channel = _fill(table, "channel", 0, np.int64)
+    left = set(_LEFT_TO_MACHINES)
+    act_of = np.array([A_BAD if p in left else _ACTIONS.get(p, A_NONE) for p in pairs] + [A_NONE], np.int64)
+    ep_of = np.array([_EP_EVENTS.index(ENDPOINT_EVENT.get(p, "use")) for p in pairs] + [-1], np.int64)
+    action = np.where(is_method, act_of[name_code], np.where(content, A_BAD, A_NONE))
+    ep_event = np.where(is_method & (channel != 0), ep_of[name_code], -1)
+    kind = np.array([p[1] if p[0] == "basic" and p[1] in ("ack", "nack", "reject") else "" for p in pairs] + [""])[name_code]
+    requeue = _fill(table, "requeue", False, bool)
+    to_server = direction == 0
+    settle_kind = np.zeros(n, np.int64)
+    for (k, rq), ev in _SETTLE_EVENTS.items():
+        settle_kind[(kind == k) & (requeue == rq)] = _D_EVENTS.index(ev)
+    client_settle = is_method & ((kind == "reject") | ((kind != "") & to_server))
+    confirm_row = is_method & (kind != "") & ~client_settle
+    action[client_settle] = A_SETTLE
+    action[confirm_row] = A_CONFIRM
+    settle_kind[confirm_row] = (kind[confirm_row] == "nack").astype(np.int64)
+    folded = _valid(table, "fold_frame_ids")
+    mandatory = _fill(table, "mandatory", False, bool) | _fill(table, "immediate", False, bool)
+    action[(action == A_PUBLISH) & (mandatory | ~folded)] = A_BAD
+    action[(action == A_DELIVER) & (~folded | ~_valid(table, "delivery_tag"))] = A_BAD
+    consumes = np.flatnonzero(action == A_CONSUME)
+    if len(consumes):
+        args = table.column("arguments_json").take(pa.array(consumes)).to_pylist() if "arguments_json" in table.column_names else [None] * len(consumes)
+        nowait = np.array([frame_arg({"arguments_json": a}, "no_wait") is True or frame_arg({"arguments_json": a}, "nowait") is True
+                           for a in args], bool)
+        action[consumes[nowait]] = A_CONSUME_NOWAIT
+    for i, d in enumerate(dialects):  # the request matcher must not see a hot method (it never does: asynchronous)
+        tables = sync_tables(d) if d in FAMILY_0_9_1 else None
+        if tables is not None and any(h in tables.responses or h in tables.answers for h in _HOT):
+            bad_row[dialect == i] = True
+    bad_row |= action == A_BAD
+    conn_bad = np.zeros(len(starts), bool)
+    np.logical_or.at(conn_bad, of_conn, bad_row)
+    if debug:
+        for c in np.flatnonzero(conn_bad):
+            i = np.flatnonzero(bad_row & (of_conn == c))[0]
+            result.why[int(c)] = ("row", int(i), table.column("frame_type")[i].as_py(), pairs[name_code[i]] if name_code[i] >= 0 else None,
+                             int(action[i]))
+    if conn_bad.all():
+        return result
+
+    # the runner's order; dense channels, channel directions and consumers
+    rank = (np.isin(method.to_numpy(zero_copy_only=False), sorted(REFERS_BACK))
+            | pc.ends_with(method, "-ok").to_numpy(zero_copy_only=False)).astype(np.int64)
+    order = runner_orders(bounds, direction, ts, rank, window)
+    dchan = np.where(channel != 0, _dense(conn, channel), -1)
+    dirchan = _dense(conn, channel, direction)
+    uses_consumer = np.isin(action, [A_DELIVER, A_CONSUME, A_CONSUME_NOWAIT, A_CONSUME_OK, A_CANCEL_OK]) & (dchan >= 0)
+    tag_col = table.column("consumer_tag") if "consumer_tag" in table.column_names else pa.nulls(n, pa.string())
+    # consume and consume-ok name a consumer by its tag or "" (amqp091._consume); deliver and cancel-ok by the tag
+    tag_filled = pc.if_else(pa.array(np.isin(action, [A_DELIVER, A_CANCEL_OK])), tag_col, pc.fill_null(tag_col, ""))
+    tag_code, tag_values = _codes(tag_filled)
+    tag_rank = np.empty(len(tag_values) + 1, np.int64)
+    tag_rank[:len(tag_values)] = np.argsort(np.argsort(np.array(tag_values, dtype=object), kind="stable"), kind="stable")
+    tag_rank[-1] = -1
+    cons = np.full(n, -1, np.int64)
+    known = uses_consumer & (tag_code >= 0)
+    if known.any():
+        cons[known] = _dense(dchan[known], tag_rank[tag_code[known]])
+    n_cons = int(cons.max()) + 1 if n else 0
+
+    state = np.zeros(n, np.int64)
+    state[action == A_PUBLISH] = _P[0].index("new")
+    state[action == A_DELIVER] = _D[0].index("new")
+    by = np.full(n, -1, np.int64)
+    by_ts = np.zeros(n, np.int64)
+    dtag = np.zeros(n, np.int64)
+    rec_cons = np.full(n, -1, np.int64)
+    c_queue = np.full(max(n_cons, 1), -1, np.int64)
+    closed_here = np.zeros(n, bool)
+    bad = conn_bad.copy()
+    eff_settle = np.zeros(len(_EFFECTS), np.bool_)
+    eff_settle[[EFF["settle"], EFF["settle_held"], EFF["close"], EFF["mark"]]] = True
+    run = np.flatnonzero(~conn_bad)
+    sub_bounds = np.append(0, np.cumsum(sizes[run])).astype(np.int64)
+    sub_order = np.concatenate([order[bounds[c]:bounds[c + 1]] for c in run])
+    sub_bad = np.zeros(len(run), np.bool_)
+    events = _pass(
+        sub_bounds, sub_order, action, ep_event, dchan, cons, _fill(table, "delivery_tag", 0, np.int64),
+        _fill(table, "multiple", False, bool), settle_kind, _fill(table, "message_seq", -1, np.int64), dirchan, ts,
+        _fill(table, "prefetch_count", 0, np.int64), _fill(table, "global_qos", False, bool), _fill(table, "no_ack", False, bool),
+        int(dchan.max()) + 1 if (dchan >= 0).any() else 1, max(n_cons, 1), int(dirchan.max()) + 1,
+        _P[1], _P[2], _P[3], len(machines.PUBLISH.states), _D[1], _D[2], _D[3], len(machines.DELIVER.states),
+        _E[1], _E[2], _E[3],
+        np.array([_P_EVENTS.index(e) for e in ("publish_confirm", "publish_plain", "broker_ack", "broker_nack",
+                                              "channel_close", "connection_close", "capture_end")], np.int64),
+        np.array([_D_EVENTS.index(e) for e in ("deliver_manual", "channel_close", "connection_close", "capture_end")], np.int64),
+        np.array([_EP_EVENTS.index("open"), _EP_EVENTS.index("close_reply"), machines.ENDPOINT.states.index("closed"),
+                  machines.ENDPOINT.states.index("unseen")], np.int64),
+        eff_settle, EFF["fire"], EFF["revert"], EFF["open"], EFF["close"],
+        sub_bad, state, by, by_ts, dtag, rec_cons, c_queue, closed_here)
+    bad[run] = sub_bad
+    if debug:
+        for c in run[sub_bad]:
+            result.why[int(c)] = ("pass",)
+    records = np.isin(action, [A_PUBLISH, A_DELIVER])
+    ended = np.where(action == A_PUBLISH, state >= len(machines.PUBLISH.states), state >= len(machines.DELIVER.states))
+    np.logical_or.at(bad, of_conn, records & ~ended)  # a record the pass left live: the machine says what it is
+    good = ~bad[of_conn]
+    if not good.any():
+        return result
+    result.taken = good
+    fids = _frame_ids(table)
+    captures = table.column("capture_id") if "capture_id" in table.column_names else pa.nulls(n, pa.string())
+    result.deliveries = _deliveries(table, np.flatnonzero(records & good), action, state, by, by_ts, dtag, rec_cons,
+                                    c_queue, fids, ts)
+    keep = good[events[:, 0]] if len(events) else np.zeros(0, bool)
+    chan_of = np.zeros(int(dchan.max()) + 1 if (dchan >= 0).any() else 1, np.int64)
+    chan_of[dchan[dchan >= 0]] = channel[dchan >= 0]
+    tag_of = np.zeros(max(n_cons, 1), np.int64)
+    tag_of[cons[cons >= 0]] = np.flatnonzero(cons >= 0)
+    result.flow_events = _flow_events(table, events[keep], chan_of, tag_of, tag_filled, fids, captures, ts)
+    result.request_responses = _requests(table, order, bounds, np.flatnonzero(~bad), action, closed_here, fids, captures, ts)
+    return result
+
+
+def _col(table: pa.Table, name: str, rows: pa.Array, type_: pa.DataType) -> pa.Array:
+    if name not in table.column_names:
+        return pa.nulls(len(rows), type_)
+    return table.column(name).take(rows).combine_chunks().cast(type_)
+
+
+def _null_where(values: pa.Array, mask: np.ndarray) -> pa.Array:
+    return pc.if_else(pa.array(mask), pa.scalar(None, values.type), values)
+
+
+def _properties(values: pa.Array) -> list[pa.Array]:
+    """message_id, correlation_id, content_type, delivery_mode, priority of each properties JSON (``Delivery.row``),
+    parsed once per distinct value."""
+    codes, texts = _codes(values)
+    infos = []
+    for text in texts:
+        info = (None,) * 6
+        if text:
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict):
+                info = properties_0_9_1(parsed)
+        infos.append(info)
+    infos.append((None,) * 6)  # null
+    types = (pa.string(), pa.string(), pa.string(), pa.int32(), pa.int32())
+    return [pa.array([x[k] for x in infos], t).take(pa.array(codes)) for k, t in enumerate(types)]
+
+
+def _with_first(first: pa.Array, rest: pa.Array) -> pa.Array:
+    """Lists ``[first[j], *rest[j]]``."""
+    rest = rest.cast(pa.list_(pa.string()))
+    n = len(first)
+    offsets = rest.offsets.to_numpy().astype(np.int64)
+    start, lengths = offsets[:-1], np.diff(offsets)
+    lengths = np.where(rest.is_null().to_numpy(zero_copy_only=False), 0, lengths)
+    new_offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths + 1, out=new_offsets[1:])
+    pick = np.empty(int(new_offsets[-1]), np.int64)
+    pick[new_offsets[:-1]] = np.arange(n)  # the first of each list: from `first`
+    inner = np.ones(len(pick), bool)
+    inner[new_offsets[:-1]] = False
+    pick[inner] = n + np.repeat(start, lengths) + (np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths))
+    values = pa.concat_arrays([first.cast(pa.string()), rest.values.cast(pa.string())]).take(pa.array(pick))
+    return pa.ListArray.from_arrays(pa.array(new_offsets.astype(np.int32)), values)
+
+
+def _deliveries(table, rows, action, state, by, by_ts, dtag, rec_cons, c_queue, fids, ts) -> pa.Table:
+    take = pa.array(rows)
+    publish = action[rows] == A_PUBLISH
+    n = len(rows)
+    cid = _col(table, "connection_id", take, pa.string())
+    channel = _col(table, "channel", take, pa.int32())
+    seq = _col(table, "message_seq", take, pa.int64())
+    side = pa.array(np.where(publish, TO_BROKER, FROM_BROKER))
+    names_p = np.array(_P[0], dtype=object)
+    names_d = np.array(_D[0], dtype=object)
+    outcome = np.where(publish, names_p[np.minimum(state[rows], len(names_p) - 1)], names_d[np.minimum(state[rows], len(names_d) - 1)])
+    settled = by[rows] >= 0
+    sent_np = ts[rows]
+    sent = pa.array(sent_np, pa.int64())
+    settled_ts = pa.array(np.where(settled, by_ts[rows], 0), pa.int64(), mask=~settled)
+    latency = pa.array(np.where(settled, by_ts[rows] - sent_np, 0), pa.int64(), mask=~settled)
+    settled_by = _null_where(fids.take(pa.array(np.where(settled, by[rows], 0))).combine_chunks(), ~settled)
+    consume = np.where(publish, -1, c_queue[np.maximum(rec_cons[rows], 0)])
+    queue = _null_where(_col(table, "queue", pa.array(np.maximum(consume, 0)), pa.string()), consume < 0)
+    props = _col(table, "fold_properties_json", take, pa.string())
+    message_id, correlation_id, content_type, delivery_mode, priority = _properties(props)
+    confirm = publish & (dtag[rows] > 0)
+    columns = {
+        "delivery_id": pc.binary_join_element_wise(cid, side, channel.cast(pa.string()), seq.cast(pa.string()), "-"),
+        "connection_id": cid, "dialect": _col(table, "dialect", take, pa.string()), "direction": side, "channel": channel,
+        "consumer_tag": _null_where(_col(table, "consumer_tag", take, pa.string()), publish),
+        "link_handle": pa.nulls(n, pa.int64()), "link_name": pa.nulls(n, pa.string()),
+        "delivery_tag": _delivery_tags(table, take, publish, confirm, dtag[rows]),
+        "transfer_id": pa.nulls(n, pa.int64()), "delivery_tag_bin": pa.nulls(n, pa.binary()),
+        "method": _col(table, "method_name", take, pa.string()),
+        "exchange": _col(table, "exchange", take, pa.string()), "routing_key": _col(table, "routing_key", take, pa.string()),
+        "queue": queue, "message_id": message_id, "correlation_id": correlation_id, "content_type": content_type,
+        "delivery_mode": delivery_mode, "priority": priority, "properties_json": props,
+        "body_size": _col(table, "fold_body_size", take, pa.int64()), "body_sha256": _col(table, "fold_body_sha256", take, pa.string()),
+        "redelivered": _null_where(_col(table, "redelivered", take, pa.bool_()), publish),
+        "settle_mode": pa.array(np.where(publish, np.where(confirm, "confirm", "no_confirm"), "manual_ack")),
+        "sent_ts_us": sent, "settled_ts_us": settled_ts, "settle_latency_us": latency,
+        "outcome": pa.array(outcome.astype(str)), "settled_by_frame_id": settled_by,
+        "frame_ids": _with_first(fids.take(take).combine_chunks(), _col(table, "fold_frame_ids", take, pa.list_(pa.string()))),
+        "flags": pa.nulls(n, pa.list_(pa.string())),
+    }
+    assert tuple(columns) == DELIVERY_KEYS
+    return pa.table({"capture_id": _col(table, "capture_id", take, pa.string()), **columns})
+
+
+def _delivery_tags(table, take, publish, confirm, dtag) -> pa.Array:
+    tags = _col(table, "delivery_tag", take, pa.int64())
+    return pc.if_else(pa.array(publish), pa.array(dtag, pa.int64(), mask=~confirm), tags)
+
+
+def _flow_events(table, ev, chan_of, tag_of, tag_filled, fids, captures, ts) -> pa.Table:
+    rows = pa.array(ev[:, 0])
+    n = len(ev)
+    consumer = ev[:, 1] == 1
+    fid = fids.take(rows).combine_chunks().cast(pa.string())
+    channel = pa.array(chan_of[ev[:, 7]].astype(np.int32))
+    tag = _null_where(tag_filled.take(pa.array(tag_of[np.maximum(ev[:, 2], 0)])).cast(pa.string()), ~consumer)
+    entity = pa.array(np.where(consumer, "consumer", "channel"))
+    key = pc.if_else(pa.array(consumer), pc.binary_join_element_wise(channel.cast(pa.string()), pc.fill_null(tag, ""), "-"),
+                     channel.cast(pa.string()))
+    columns = {
+        "event_id": pc.binary_join_element_wise(fid, entity, key, "-"),
+        "connection_id": _col(table, "connection_id", rows, pa.string()), "ts_us": pa.array(ts[ev[:, 0]], pa.int64()),
+        "frame_id": fid, "entity": entity, "channel": channel, "consumer_tag": tag, "link_handle": pa.nulls(n, pa.int64()),
+        "event": pa.array(np.array(FLOW_EVENTS, dtype=object)[ev[:, 3]].astype(str)) if n else pa.array([], pa.string()),
+        "prefetch_count": pa.array(ev[:, 4], pa.int64()), "in_flight": pa.array(ev[:, 5], pa.int64()),
+        "at_limit": pa.array(ev[:, 6] == 1), "flow_active": pa.nulls(n, pa.bool_()), "blocked": pa.nulls(n, pa.bool_()),
+        "reason": pa.nulls(n, pa.string()), "link_credit": pa.nulls(n, pa.int64()), "delivery_count": pa.nulls(n, pa.int64()),
+        "drain": pa.nulls(n, pa.bool_()), "incoming_window": pa.nulls(n, pa.int64()), "outgoing_window": pa.nulls(n, pa.int64()),
+        "remote_incoming_window": pa.nulls(n, pa.int64()),
+    }
+    assert tuple(columns) == FLOW_EVENT_KEYS
+    return pa.table({"capture_id": _col(table, "capture_id", rows, pa.string()), **columns})
+
+
+_REQUEST_FIELDS = ("connection_id", "capture_id", "dialect", "direction", "channel", "class_name", "method_name",
+                   "class_id", "method_id", "arguments_json", "reply_code")
+
+
+def _requests(table, order, bounds, conns, action, closed_here, fids, captures, ts) -> list[tuple]:
+    """The request matcher over the rare methods of each connection, in the runner's order (Python per rare frame)."""
+    is_method = pc.fill_null(pc.equal(table.column("frame_type"), "method"), False).to_numpy(zero_copy_only=False)
+    rare = is_method & ~np.isin(action, [A_PUBLISH, A_DELIVER, A_SETTLE, A_CONFIRM])
+    picked = [order[bounds[c]:bounds[c + 1]] for c in conns]
+    rows = np.concatenate(picked) if picked else np.zeros(0, np.int64)
+    ends = np.cumsum([len(p) for p in picked])
+    keep = rare[rows]
+    rows_kept = rows[keep]
+    ends = np.cumsum([int(keep[e - len(p):e].sum()) for p, e in zip(picked, ends)])
+    fields = [f for f in _REQUEST_FIELDS if f in table.column_names]
+    take = pa.array(rows_kept)
+    values = {f: table.column(f).take(take).to_pylist() for f in fields}
+    fid_list = fids.take(take).to_pylist()
+    out: list[tuple] = []
+    start = 0
+    for c, end in zip(conns, ends):
+        lo = bounds[c]
+        cid = table.column("connection_id")[lo].as_py()
+        capture = table.column("capture_id")[lo].as_py() if "capture_id" in table.column_names else None
+        sink = Output()
+        matcher = RequestMatcher(cid, table.column("dialect")[lo].as_py(), sink)
+        for j in range(start, end):
+            f = {k: values[k][j] for k in fields}
+            i = rows_kept[j]
+            n = f.get("channel") or 0
+            matcher.on_method(f, (f.get("class_name"), f.get("method_name")), n, f["direction"], fid_list[j], int(ts[i]))
+            if action[i] == A_CONN_CLOSE_OK:
+                matcher.finish("abandoned")
+            if closed_here[i]:
+                matcher.channel_closed(n)
+        matcher.finish()
+        out += [(capture, r) for r in sink.request_responses]
+        start = end
+    return out

@@ -1,0 +1,287 @@
+"""A 0-9-1 message's content frames folded onto its method frame before the machines see them (fused lifecycle).
+
+Half the frames of a 0-9-1 capture under load are content (a basic.publish or basic.deliver is a method, a header
+and one or more bodies) and heartbeats. The machine (``amqp091.Connection091``) does little with them: a content
+frame appends its frame id to the open message's row, the header gives the properties and body size, the frame
+with the body's SHA-256 completes it; a heartbeat does nothing. Yet each costs a row dict, a reorder-heap push and
+pop and a machine call (issue 32: no Python per hot frame). ``fold`` does that work for a batch of whole
+connections with array operations: the header and bodies of a message go onto its method row as four columns
+(``FOLD_COLUMNS``: the frame ids, the header's properties and body size, the completing frame's hash) and leave
+the batch, and so do heartbeats; ``Connection091._open_content`` takes a folded message whole.
+
+The machines' rows must stay those of every frame fed one by one (the lifecycle job's path, which never folds;
+``tests/lifecycle/test_fold.py`` compares both on every fixture and on mutated frame tables). So a message is
+folded only where folding cannot change what the machine does, which the runner's order decides
+(``runner.py``: each direction in stream order, the two merged by time):
+
+- its connection is of the 0-9-1 family throughout; in each direction, in the batch's order (connection, time,
+  offset, direction), stream offsets strictly rise (the runner then handles each direction in the batch's order,
+  no late frames); no time holds more rows of the connection than the runner's reorder window (the runner's
+  merge is then the ideal merge of the two directions whatever rows are removed: a removed row is never one
+  that refers back, so it never decides which direction goes next);
+- it is a basic.publish, deliver or get-ok on a channel other than 0 with a message number, followed in its
+  direction's stream, with nothing between, by a header and then bodies of the same channel and number, up to
+  the first that carries the body's hash (the machine completes the message there; what follows is not folded);
+- no frame of the other direction that is not a basic method (channel.open / close, connection.close-ok: what
+  ends the message's channel) has a time between the method's and the completing frame's, inclusive.
+
+Anything else is left as it is and goes to the machine frame by frame, as before. Heartbeats are removed (the
+0-9-1 machine ignores them; they never refer back) except a connection's first row, which starts its machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from numba import njit
+
+from amqplens.decode.detect import FAMILY_0_9_1
+from amqplens.lifecycle.runner import REFERS_BACK
+
+FOLD_COLUMNS = ("fold_frame_ids", "fold_properties_json", "fold_body_size", "fold_body_sha256")
+_NEEDED = ("connection_id", "direction", "stream_offset", "ts", "dialect", "frame_type", "channel", "class_name",
+           "method_name", "message_seq", "body_sha256")
+_MESSAGE_METHODS = ("publish", "deliver", "get-ok")
+
+
+def _np(table: pa.Table, name: str, fill) -> np.ndarray:
+    column = table.column(name)
+    if pa.types.is_null(column.type):
+        return np.full(table.num_rows, fill)
+    return pc.fill_null(column, fill).to_numpy()
+
+
+def _is(table: pa.Table, name: str, values) -> np.ndarray:
+    column = table.column(name)
+    if pa.types.is_null(column.type):
+        return np.zeros(table.num_rows, bool)
+    return pc.fill_null(pc.is_in(column, pa.array(values, column.type)), False).to_numpy(zero_copy_only=False)
+
+
+def _frame_ids(table: pa.Table) -> pa.ChunkedArray:
+    if "frame_id" in table.column_names:
+        return table.column("frame_id")
+    side = pc.if_else(pc.equal(table.column("direction"), "to_server"), "s", "c")
+    return pc.binary_join_element_wise(table.column("connection_id"), side,
+                                       pc.cast(table.column("stream_offset"), pa.string()), "-")
+
+
+def fold(table: pa.Table, window: int) -> pa.Table:
+    """``table``: frames-table columns of whole connections sorted by (connection_id, ts, stream_offset, direction);
+    ``window``: the runner's reorder window. The same rows less the folded content frames and heartbeats, with
+    ``FOLD_COLUMNS`` (null on every row but a folded message's method)."""
+    n = table.num_rows
+    if n == 0 or any(c not in table.column_names for c in _NEEDED):
+        return table
+    ts_col = table.column("ts")
+    ts = (ts_col.cast(pa.int64()) if not pa.types.is_integer(ts_col.type) else ts_col)
+    valid = (pc.is_valid(ts).to_numpy(zero_copy_only=False) & pc.is_valid(table.column("stream_offset")).to_numpy(
+        zero_copy_only=False) & _is(table, "direction", ["to_server", "to_client"]))
+    ts_v = pc.fill_null(ts, 0).to_numpy()
+    conn = pc.dictionary_encode(table.column("connection_id")).combine_chunks().indices.to_numpy().astype(np.int64)
+    direction = _is(table, "direction", ["to_client"]).astype(np.int64)
+    offset = _np(table, "stream_offset", 0).astype(np.int64)
+    idx = np.arange(n)
+
+    # connections that may fold: 0-9-1 family, every row usable by the runner, offsets rising per direction in this
+    # order, no time shared by more than `window` rows
+    bad = ~(valid & _is(table, "dialect", sorted(FAMILY_0_9_1)))
+    stream = np.lexsort((idx, direction, conn))  # each (connection, direction) in the batch's order
+    s_group = conn[stream] * 2 + direction[stream]
+    same_group = s_group[1:] == s_group[:-1]
+    bad[stream[1:][same_group & (offset[stream][1:] <= offset[stream][:-1])]] = True
+    conn_bad = np.zeros(int(conn.max()) + 1, bool)
+    np.logical_or.at(conn_bad, conn, bad)
+    ok = ~conn_bad[conn]
+
+    # in stream order: messages whose header and bodies follow their method with nothing between
+    is_method = _is(table, "frame_type", ["method"])
+    is_header = _is(table, "frame_type", ["header"])
+    is_body = _is(table, "frame_type", ["body"])
+    is_heartbeat = _is(table, "frame_type", ["heartbeat"])
+    basic = _is(table, "class_name", ["basic"])
+    seq_valid = pc.is_valid(table.column("message_seq")).to_numpy(zero_copy_only=False)
+    seq = _np(table, "message_seq", 0).astype(np.int64)
+    chan = _np(table, "channel", 0).astype(np.int64)
+    has_sha = pc.is_valid(table.column("body_sha256")).to_numpy(zero_copy_only=False)
+    starts_message = (ok & is_method & basic & seq_valid & (chan != 0) & _is(table, "method_name", list(_MESSAGE_METHODS)))
+
+    pos = np.empty(n, np.int64)
+    pos[stream] = idx  # a row's place in stream order
+    group_start = np.zeros(n, np.int64)
+    group_start[1:] = np.where(same_group, 0, idx[1:])
+    group_start = np.maximum.accumulate(group_start)  # per stream place: where its group starts
+    last_method = np.maximum.accumulate(np.where(is_method[stream], idx, -1))  # per stream place
+    m_place = np.where(last_method >= group_start, last_method, -1)
+    m_row = np.where(m_place >= 0, stream[np.maximum(m_place, 0)], 0)
+    in_message = (m_place >= 0) & starts_message[m_row] & ~is_method[stream]
+    rows = stream
+    shape = np.where(idx == m_place + 1, is_header[rows], is_body[rows])
+    good = in_message & shape & seq_valid[rows] & (seq[rows] == seq[m_row]) & (chan[rows] == chan[m_row])
+    # a message's content is good up to a place when no place since its method is not good
+    bad_so_far = np.cumsum(~good & (m_place >= 0) & ~is_method[stream])
+    bad_at_method = np.where(m_place >= 0, bad_so_far[np.maximum(m_place, 0)], 0)
+    complete_here = good & has_sha[rows] & (bad_so_far == bad_at_method)
+    # the first completing place of each message
+    first = complete_here.copy()
+    ends = np.flatnonzero(complete_here)
+    if len(ends):
+        dup = np.zeros(len(ends), bool)
+        dup[1:] = m_place[ends[1:]] == m_place[ends[:-1]]
+        first[ends[dup]] = False
+    ends = np.flatnonzero(first)
+    methods = m_place[ends]  # stream places of the methods whose messages fold, and of their last frames
+    if len(ends):
+        # the other direction: no frame other than a basic method or content between the two times, inclusive
+        rare = is_method & ~basic
+        other = conn[stream[ends]] * 2 + (1 - direction[stream[ends]])
+        t_rank = np.unique(ts_v, return_inverse=True)[1].astype(np.int64)
+        span = int(t_rank.max()) + 2
+        rare_keys = np.sort((conn[rare] * 2 + direction[rare]) * span + t_rank[rare])
+        lo = np.searchsorted(rare_keys, other * span + t_rank[stream[methods]], "left")
+        hi = np.searchsorted(rare_keys, other * span + t_rank[stream[ends]], "right")
+        keep = hi == lo
+        methods, ends = methods[keep], ends[keep]
+    folded_places = np.zeros(n + 1, np.int64)  # difference array over stream places: +1 after a method, -1 after its end
+    np.add.at(folded_places, methods + 1, 1)
+    np.add.at(folded_places, ends + 1, -1)
+    folded = np.zeros(n, bool)
+    folded[stream] = np.cumsum(folded_places[:n]) > 0
+    conn_starts = np.flatnonzero(np.r_[True, conn[1:] != conn[:-1]])
+    drop = folded.copy()
+    drop |= is_heartbeat & ok
+    drop[conn_starts] = False
+    if not drop.any():
+        return table
+    # the runner's order of the rows kept must not change (it can, where more rows share a time than its window)
+    method = table.column("method_name")
+    rank = (_is(table, "method_name", sorted(REFERS_BACK)) | (
+        pc.fill_null(pc.ends_with(method, "-ok"), False).to_numpy(zero_copy_only=False)
+        if not pa.types.is_null(method.type) else np.zeros(n, bool))).astype(np.int64)
+    same = np.ones(len(conn_starts), np.bool_)
+    same_order(np.append(conn_starts, n).astype(np.int64), direction, ts_v.astype(np.int64), rank, drop, window, same)
+    changed = ~np.repeat(same, np.diff(np.append(conn_starts, n)))
+    if changed.any():
+        folded &= ~changed
+        drop &= ~changed
+        keep = ~changed[stream[methods]]
+        methods, ends = methods[keep], ends[keep]
+        if not drop.any():
+            return table
+    return _with_fold_columns(table, drop, stream[methods], stream[ends], stream, pos, folded)
+
+
+@njit(cache=True, nogil=True)
+def _runner_order(lo: int, hi: int, direction, ts, rank, use, window: int, out) -> int:
+    """The order ``runner.LifecycleRunner`` handles rows lo..hi-1 of one connection in (those with ``use``), when each
+    direction's rows come in stream order (so its heaps are queues): into ``out``; returns how many."""
+    queue = np.empty((2, hi - lo), np.int64)
+    head = np.zeros(2, np.int64)
+    tail = np.zeros(2, np.int64)
+    held = 0
+    k = 0
+    for i in range(lo, hi + window + 1):
+        if i < hi:
+            if not use[i]:
+                continue
+            d = direction[i]
+            queue[d, tail[d]] = i
+            tail[d] += 1
+            held += 1
+            if held <= window:
+                continue
+        elif held == 0:
+            break
+        if head[0] < tail[0] and head[1] < tail[1]:
+            a, b = queue[0, head[0]], queue[1, head[1]]
+            d = 0 if ts[a] < ts[b] or (ts[a] == ts[b] and rank[a] <= rank[b]) else 1
+        else:
+            d = 0 if head[0] < tail[0] else 1
+        out[k] = queue[d, head[d]]
+        head[d] += 1
+        k += 1
+        held -= 1
+    return k
+
+
+@njit(cache=True, nogil=True)
+def same_order(bounds, direction, ts, rank, drop, window: int, same) -> None:
+    """Per connection (rows ``bounds[c]``..``bounds[c+1]``): does the runner handle the rows not dropped in the same
+    order with the dropped rows fed as without them? ``same[c]`` False where not."""
+    n = len(direction)
+    every = np.ones(n, np.bool_)
+    kept = ~drop
+    for c in range(len(bounds) - 1):
+        lo, hi = bounds[c], bounds[c + 1]
+        dropped = False
+        for i in range(lo, hi):
+            dropped |= drop[i]
+        if not dropped:
+            continue
+        full = np.empty(hi - lo, np.int64)
+        part = np.empty(hi - lo, np.int64)
+        nf = _runner_order(lo, hi, direction, ts, rank, every, window, full)
+        npart = _runner_order(lo, hi, direction, ts, rank, kept, window, part)
+        j = 0
+        for i in range(nf):
+            if drop[full[i]]:
+                continue
+            if j >= npart or part[j] != full[i]:
+                same[c] = False
+                break
+            j += 1
+
+
+def _with_fold_columns(table: pa.Table, drop: np.ndarray, method_rows: np.ndarray, end_rows: np.ndarray,
+                       stream: np.ndarray, pos: np.ndarray, folded: np.ndarray) -> pa.Table:
+    n = table.num_rows
+    kept = np.flatnonzero(~drop)
+    out_place = np.full(n, -1, np.int64)
+    out_place[kept] = np.arange(len(kept))
+    # each folded frame belongs to the latest method before it in stream order: its message's
+    is_folded_method = np.zeros(n, bool)
+    is_folded_method[pos[method_rows]] = True
+    owner_place = np.maximum.accumulate(np.where(is_folded_method, np.arange(n), -1))
+    frames = np.flatnonzero(folded)
+    owner = stream[owner_place[pos[frames]]]
+    order = np.lexsort((pos[frames], out_place[owner]))
+    frames, owner = frames[order], owner[order]
+    counts = np.zeros(len(kept), np.int64)
+    np.add.at(counts, out_place[owner], 1)
+    offsets = np.zeros(len(kept) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    has = np.zeros(len(kept), bool)
+    has[out_place[method_rows]] = True
+    mask = pa.array(~has)
+    ids = _frame_ids(table).take(pa.array(frames)).combine_chunks()
+    fold_ids = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), ids, mask=mask)  # a batch: < 2**31 rows
+    header_of = np.zeros(len(kept), np.int64)
+    header_of[out_place[method_rows]] = stream[pos[method_rows] + 1]
+    end_of = np.zeros(len(kept), np.int64)
+    end_of[out_place[method_rows]] = end_rows
+
+    def taken(name: str, rows: np.ndarray, type_: pa.DataType) -> pa.Array:
+        if name not in table.column_names:
+            return pa.nulls(len(kept), type_)
+        values = table.column(name).take(pa.array(rows)).combine_chunks()
+        return pc.if_else(pa.array(has), values, pa.scalar(None, values.type))
+
+    out = table.take(pa.array(kept))
+    out = out.append_column("fold_frame_ids", fold_ids)
+    out = out.append_column("fold_properties_json", taken("properties_json", header_of, pa.string()))
+    out = out.append_column("fold_body_size", taken("body_size", header_of, pa.int64()))
+    return out.append_column("fold_body_sha256", taken("body_sha256", end_of, pa.string()))
+
+
+@njit(cache=True, nogil=True)
+def runner_orders(bounds, direction, ts, rank, window: int):
+    """Every connection's rows (``bounds[c]``..``bounds[c+1]``) in the order the runner handles them, one after another."""
+    n = len(direction)
+    out = np.empty(n, np.int64)
+    use = np.ones(n, np.bool_)
+    for c in range(len(bounds) - 1):
+        lo, hi = bounds[c], bounds[c + 1]
+        _runner_order(lo, hi, direction, ts, rank, use, window, out[lo:hi])
+    return out

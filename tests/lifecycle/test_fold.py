@@ -1,0 +1,192 @@
+"""Folding 0-9-1 content frames onto their method rows (amqplens/lifecycle/fold.py) and the connections
+amqplens/lifecycle/array091.py takes from arrays never change a row.
+
+The fused lifecycle with folding, with and without the array path, against the same frames fed one by one to
+the machines (``fold_content=False``, what the lifecycle job does), on every capture fixture (the fuzz corpus
+included) and on their frame tables mutated at
+random: times made equal over long runs (more rows at one time than the runner's reorder window) or moved back,
+rows removed or repeated, message numbers and channels changed, hashes added to headers and taken from bodies,
+frame types changed, a channel.close / close-ok / connection.close-ok of the other direction put inside a
+message, directions flipped, dialects changed. Every deliveries, flow_events and request_responses row must be
+the same (the order rows leave in may differ: a folded message is complete at its method).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from amqplens.jobs import lifecycle
+from amqplens.lifecycle import array091
+from amqplens.lifecycle.batches import FRAME_COLUMNS
+from amqplens.lifecycle.fold import fold
+from amqplens.lifecycle.fused import _SORT, ConnectionLifecycle
+from tests.lifecycle.captures import DATA, frames_of
+
+CAPTURES = sorted(p for p in DATA.rglob("*.pcap*") if "tls" not in p.parts)
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _table(rows: list[dict]) -> pa.Table:
+    columns = [c for c in FRAME_COLUMNS if c != "ts_us"]
+    data = {c: [r.get(c) for r in rows] for c in columns}
+    data["ts"] = [None if r.get("ts_us") is None else EPOCH + dt.timedelta(microseconds=r["ts_us"]) for r in rows]
+    types = {"stream_offset": pa.int64(), "channel": pa.int32(), "message_seq": pa.int64(), "body_size": pa.int64(),
+             "delivery_tag": pa.int64(), "ts": pa.timestamp("us", tz="UTC")}
+    return pa.table({c: pa.array(v, types.get(c)) if c in types or any(x is not None for x in v) else pa.nulls(len(v))
+                     for c, v in data.items()})
+
+
+def _rows(table: pa.Table, fold_content: bool, batch_rows: int = 8192, arrays: bool = True) -> dict[str, list]:
+    fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=batch_rows, fold_content=fold_content, arrays=arrays)
+    out = [b for chunk in table.to_batches(max_chunksize=500) for b in fused.frames("cap", chunk)]
+    out += list(fused.finish())
+    assert not fused.failed
+    rows: dict[str, list] = {}
+    for b in out:
+        if b.num_rows:
+            kind = b.column("kind")[0].as_py()
+            rows.setdefault(kind, []).extend(b.column(kind).to_pylist())
+    return {k: sorted(v, key=repr) for k, v in rows.items()}
+
+
+def _folded(table: pa.Table) -> int:
+    """Rows fold removes from the table sorted as the fused lifecycle sorts it."""
+    return table.num_rows - fold(table.take(pc.sort_indices(table, options=_SORT)), 64).num_rows
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: str(p.relative_to(DATA)))
+def test_folding_changes_no_row_of_a_fixture(path):
+    table = _table(frames_of(path))
+    reference = _rows(table, False)
+    assert _rows(table, True, arrays=False) == reference
+    assert _rows(table, True) == reference
+
+
+def test_folding_takes_most_content_frames_of_the_broker_fixtures():
+    """Not vacuous: on the real-broker captures most header and body frames are folded."""
+    total = folded = 0
+    for path in sorted((DATA / "broker").glob("*.pcap")):
+        rows = frames_of(path)
+        total += sum(r["frame_type"] in ("header", "body", "heartbeat") for r in rows)
+        folded += _folded(_table(rows))
+    assert total > 1000 and folded > 0.8 * total, (folded, total)
+
+
+def _mutate(rows: list[dict], rng: random.Random) -> list[dict]:
+    rows = [dict(r) for r in rows]
+    n = len(rows)
+    rare = [r for r in rows if r.get("class_name") in ("channel", "connection")]
+    for _ in range(rng.randint(1, 6)):
+        kind = rng.randrange(10)
+        i = rng.randrange(n)
+        if kind == 0:  # one time over a long run: more rows than the reorder window
+            for r in rows[i:i + rng.choice((5, 40, 70, 200))]:
+                r["ts_us"] = rows[i]["ts_us"]
+        elif kind == 1:  # times moved back
+            for r in rng.sample(rows, min(n, 5)):
+                r["ts_us"] = (r["ts_us"] or 0) - rng.choice((1, 10, 10_000))
+        elif kind == 2:  # rows removed
+            rows = [r for r in rows if rng.random() > 0.05]
+        elif kind == 3:  # a row repeated (same offset)
+            rows.insert(i, dict(rows[i]))
+        elif kind == 4:  # message numbers and channels changed
+            for r in rng.sample(rows, min(len(rows), 8)):
+                if r.get("message_seq") is not None:
+                    r["message_seq"] += rng.choice((-1, 1))
+                else:
+                    r["channel"] = (r.get("channel") or 0) + 1
+        elif kind == 5:  # hashes added to headers, taken from bodies
+            for r in rng.sample(rows, min(len(rows), 8)):
+                if r.get("frame_type") in ("header", "body"):
+                    r["body_sha256"] = None if r.get("body_sha256") else "0" * 64
+        elif kind == 6:  # frame types changed
+            for r in rng.sample(rows, min(len(rows), 5)):
+                r["frame_type"] = rng.choice(("heartbeat", "header", "body", "method"))
+        elif kind == 7 and rare:  # the other direction's channel or connection end inside a message
+            r = dict(rng.choice(rare))
+            r["ts_us"] = rows[i]["ts_us"]
+            r["stream_offset"] = (r["stream_offset"] or 0) + 1_000_000 + i
+            rows.append(r)
+        elif kind == 8:  # directions flipped
+            for r in rng.sample(rows, min(len(rows), 3)):
+                r["direction"] = "to_client" if r["direction"] == "to_server" else "to_server"
+        else:  # a dialect changed
+            rows[i]["dialect"] = rng.choice(("0-8", "1.0", None))
+        n = len(rows)
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_folding_changes_no_row_of_mutated_frames(seed):
+    rng = random.Random(seed)
+    paths = [p for p in CAPTURES if "fuzz" not in p.parts]
+    for path in rng.sample(paths, 4):
+        rows = frames_of(path)
+        if not rows:
+            continue
+        table = _table(_mutate(rows, rng))
+        batch_rows = rng.choice((7, 100, 8192))
+        reference = _rows(table, False)
+        assert _rows(table, True, batch_rows) == reference, path
+        assert _rows(table, True, batch_rows, arrays=False) == reference, path
+
+
+def _frame(direction: str, offset: int, ts: int, kind: str, method: str | None = None, seq: int | None = None,
+           **values) -> dict:
+    row = dict.fromkeys(FRAME_COLUMNS)
+    row.update(connection_id="conn", capture_id="cap", direction=direction, stream_offset=offset, ts_us=ts,
+               dialect="0-9-1", frame_type=kind, channel=1, class_name="basic" if kind == "method" else None,
+               method_name=method, message_seq=seq)
+    row.update(values)
+    return row
+
+
+def _message(direction: str, offset: int, ts: int, method: str, seq: int, **values) -> list[dict]:
+    return [_frame(direction, offset, ts, "method", method, seq, **values),
+            _frame(direction, offset + 1, ts, "header", None, seq, body_size=3, properties_json="{}"),
+            _frame(direction, offset + 2, ts, "body", None, seq, body_sha256="ab" * 32)]
+
+
+def test_more_rows_at_one_time_than_the_window_keep_the_runners_order():
+    """At one time, the client's publish, its ack of delivery 1 and 27 more publishes (more than the runner's window
+    of 64 rows), then the broker's delivery 1 (its offsets sort after): frame by frame the runner handles the ack
+    before the delivery has come in (its window fills with the client's rows), so the ack names an unknown tag.
+    Folded, the client's rows are fewer than the window and the delivery would go first; ``fold`` sees that the
+    order would change and leaves the connection as it is."""
+    t = 1_000_000
+    rows = [_frame("to_server", 0, 1, "method", "open", class_name="channel"),
+            _frame("to_client", 0, 2, "method", "open-ok", class_name="channel"),
+            *_message("to_server", 10, t, "publish", 1),
+            _frame("to_server", 13, t, "method", "ack", delivery_tag=1, multiple=False)]
+    for k in range(27):
+        rows += _message("to_server", 14 + 3 * k, t, "publish", 2 + k)
+    rows += _message("to_client", 10_000, t, "deliver", 1, delivery_tag=1, consumer_tag="ct")
+    table = _table(rows)
+    fused = _rows(table, True)
+    assert fused == _rows(table, False)
+    assert any(r["reason"] == "ack_of_unknown_tag" for r in fused["flow_event"])
+    assert _folded(table) == 0
+    fewer = _table([r for r in rows if r["direction"] == "to_client" or r["stream_offset"] < 40])
+    assert _folded(fewer) > 0 and _rows(fewer, True) == _rows(fewer, False)
+
+
+def test_the_array_path_takes_the_plain_connections_of_the_fixtures():
+    """Not vacuous: connections array091 models (publishes with and without confirms, consumers with acks, nacks
+    and rejects, cancels, closes) go that way; the others (basic.get, tx, returns, channel.flow, blocked) do not."""
+    taken, why = {}, {}
+    for path in sorted((DATA / "broker").glob("*.pcap")) + [DATA / "demo" / "demo.pcap"]:
+        table = _table(frames_of(path))
+        folded = fold(table.take(pc.sort_indices(table, options=_SORT)), 64)
+        result = array091.lifecycle(folded, 64, debug=True)
+        conns = folded.column("connection_id").to_numpy(zero_copy_only=False)
+        taken[path.stem] = (len(set(conns[result.taken])), len(set(conns)))
+        why[path.stem] = {w[3] for w in result.why.values() if w[0] == "row"}
+    assert taken["churn"][0] >= 30 and taken["pipelined_publish"] == (1, 1) and taken["publish_nacked"] == (1, 1)
+    assert taken["consumer_cancelled"] == (2, 2) and taken["demo"][0] >= 4
+    assert sum(t for t, _ in taken.values()) >= 50, taken
+    assert ("basic", "get") in why["basic_get"] and ("tx", "select") in why["tx"] and ("channel", "flow-ok") in why["channel_flow"]
