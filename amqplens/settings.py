@@ -312,6 +312,12 @@ class LifecycleSettings(_Section):
         "`deliveries`, `flow_events` and `request_responses` themselves (no frames re-read, no second shuffle, no "
         "row->Arrow of the wide frame rows); `false`: the `lifecycle` job derives them from `frames` in a second pass. "
         "Same rows either way; not part of the capture's fingerprint")
+    compiled: Annotated[str, *Choice("auto", "off")] = setting(
+        "auto", "in the fused lifecycle, `auto` folds 0-9-1 content frames onto their messages and does the 0-9-1 "
+        "connections it models (publishes with and without confirms, consumers with acks, qos, cancels, closes) in one "
+        "compiled pass per batch of connections, the machines the rest (without numba: the machines all); `off` the "
+        "machines alone, frame by frame (the reference, as the `lifecycle` job). Same rows either way "
+        "(docs/performance.md)")
     fused_max_held_frames: Annotated[int, *Int(1)] = setting(
         1_000_000, "a decode task holds at most this many frames of connections not yet whole (about 200 bytes each); a "
         "capture that needs more (long-lived connections of a large capture: 1.3 GB in one worker at 1 GB of 8 long "

@@ -23,7 +23,6 @@ import tempfile
 import time
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from amqplens.contracts.arrow import facts_struct, frame_struct
 from amqplens.decode import pipeline
@@ -91,29 +90,6 @@ def lifecycle_stage(events: list, root: str, fold: bool = True) -> tuple[float, 
     return time.process_time() - t0, kept
 
 
-def settle_figures(frames: list, deliveries: list, repeat: int) -> bool:
-    """CPU per frame of ``settle091.settle`` on the frames (the columns it reads, best of ``repeat`` after a warm
-    run), and its settlements against the machines' deliveries rows."""
-    from amqplens.lifecycle import settle091
-
-    cols = ["connection_id", "direction", "stream_offset", "ts", "dialect", "frame_type", "channel", "class_name",
-            "method_name", "delivery_tag", "multiple", "requeue", "no_ack", "message_seq"]
-    table = settle091.with_ts_us(pa.Table.from_batches([b.select(cols) for b in frames]))
-    table = table.filter(pc.is_in(table.column("dialect"), pa.array(["0-8", "0-9", "0-9-1"])))
-    settle091.settle(table.slice(0, 1000))
-    best = None
-    for _ in range(repeat):
-        t0 = time.process_time()
-        result = settle091.settle(table)
-        spent = time.process_time() - t0
-        best = spent if best is None else min(best, spent)
-    rows = pa.Table.from_batches(deliveries).column("delivery").to_pylist() if deliveries else []
-    got = settle091.compare(table, result, rows)
-    print(f"settle091: {table.num_rows} frames, {best:.2f} CPU s = {best / table.num_rows * 1e6:.2f} us/frame; "
-          + ", ".join(f"{k} {len(v)}" for k, v in got.items()), flush=True)
-    return not got["different"] and not got["missed"]
-
-
 def results(tables: dict, life: dict) -> dict[str, pa.Table]:
     """The tables ``decode_stage`` and ``lifecycle_stage`` gave, by name (``life:<kind>`` for the lifecycle's)."""
     out = {name: _canonical(b) for name, b in tables.items()}
@@ -134,8 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--compiled", default="off,auto")
     ap.add_argument("--fold", default="on", help="on, off or both (on,off): the fused lifecycle's content folding")
-    ap.add_argument("--settle", action="store_true", help="also time lifecycle.settle091 (the array settlement prototype) "
-                    "on the first setting's frames and compare it with the machines' deliveries")
     args = ap.parse_args(argv)
     if any(c != "off" for c in args.compiled.split(",")):
         print(f"numba cache warm in {warm.warm():.1f} s")
@@ -160,8 +134,6 @@ def main(argv: list[str] | None = None) -> int:
         result = results(tables, life)
         if reference is None:
             reference = result
-            if args.settle:
-                same = settle_figures(tables["frames"], life.get("delivery", []), args.repeat) and same
             continue
         for name, t in result.items():
             ref = reference.get(name)

@@ -272,7 +272,7 @@ def read_counted_splits(batches, options: pipeline.Options, read_bytes=None):
 
 def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, StagedTable], task: int | None = None,
                      frames_decoded=None, lifecycle_staged: dict[str, StagedTable] | None = None,
-                     max_held_frames: int | None = None):
+                     max_held_frames: int | None = None, lifecycle_compiled: bool = True):
     """``pipeline.decode_flows``, with its frames, connections and errors written to their tables' staging folders
     by this task.
 
@@ -299,7 +299,8 @@ def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, Stage
     if lifecycle_staged:
         from amqplens.lifecycle.fused import ConnectionLifecycle
 
-        fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=options.batch_rows, max_held_rows=max_held_frames)
+        fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=options.batch_rows, max_held_rows=max_held_frames,
+                                    fold_content=lifecycle_compiled, arrays=lifecycle_compiled)
         life = lifecycle.LifecycleWriters(lifecycle_staged, task)
     for out in pipeline.decode_flows(batches, options):
         kind = out.column(0)[0].as_py() if out.num_rows else None
@@ -481,7 +482,8 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
     lifecycle_staged = lifecycle.stage_tables(store, run_id) if conf["lifecycle.fused"] else {}
     decode = functools.partial(decode_and_stage, options=options, staged=staged,
                                frames_decoded=progress.counter(spark, "frames"), lifecycle_staged=lifecycle_staged,
-                               max_held_frames=conf["lifecycle.fused_max_held_frames"])
+                               max_held_frames=conf["lifecycle.fused_max_held_frames"],
+                               lifecycle_compiled=conf["lifecycle.compiled"] != "off")
     flows = None
     if split_rows:
         tasks = pack_splits(split_rows, conf["capture.min_split_size"], spark.sparkContext.defaultParallelism)

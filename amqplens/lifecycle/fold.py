@@ -14,11 +14,13 @@ The machines' rows must stay those of every frame fed one by one (the lifecycle 
 folded only where folding cannot change what the machine does, which the runner's order decides
 (``runner.py``: each direction in stream order, the two merged by time):
 
-- its connection is of the 0-9-1 family throughout; in each direction, in the batch's order (connection, time,
-  offset, direction), stream offsets strictly rise (the runner then handles each direction in the batch's order,
-  no late frames); no time holds more rows of the connection than the runner's reorder window (the runner's
-  merge is then the ideal merge of the two directions whatever rows are removed: a removed row is never one
-  that refers back, so it never decides which direction goes next);
+- its connection is of the 0-9-1 family throughout, and in each direction, in the batch's order (connection,
+  time, offset, direction), stream offsets strictly rise (the runner then handles each direction in the batch's
+  order: no late frames);
+- the runner handles the rows left in the same order with or without the removed ones
+  (``kernels.same_order`` runs its merge both ways: a removed row never refers back, so it can only change the
+  order where more rows share one time than the runner's reorder window, as on loopback captures whose 64 KB
+  segments carry hundreds of frames; such a connection is left whole);
 - it is a basic.publish, deliver or get-ok on a channel other than 0 with a message number, followed in its
   direction's stream, with nothing between, by a header and then bodies of the same channel and number, up to
   the first that carries the body's hash (the machine completes the message there; what follows is not folded);
@@ -27,15 +29,17 @@ folded only where folding cannot change what the machine does, which the runner'
 
 Anything else is left as it is and goes to the machine frame by frame, as before. Heartbeats are removed (the
 0-9-1 machine ignores them; they never refer back) except a connection's first row, which starts its machine.
+The folded table then goes to ``array091.lifecycle``, which takes the connections it models whole; the rest go
+to the machines. Without numba (``kernels``) nothing is folded.
 """
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from numba import njit
 
 from amqplens.decode.detect import FAMILY_0_9_1
 from amqplens.lifecycle.runner import REFERS_BACK
@@ -44,6 +48,20 @@ FOLD_COLUMNS = ("fold_frame_ids", "fold_properties_json", "fold_body_size", "fol
 _NEEDED = ("connection_id", "direction", "stream_offset", "ts", "dialect", "frame_type", "channel", "class_name",
            "method_name", "message_seq", "body_sha256")
 _MESSAGE_METHODS = ("publish", "deliver", "get-ok")
+
+
+_kernels = None
+
+
+def kernels():
+    """``amqplens.lifecycle.kernels`` (numba, the decoder's disk cache), or None without numba: nothing is folded or
+    taken from arrays, the machines do every frame."""
+    global _kernels
+    if _kernels is None:
+        from amqplens.decode.v0_9_1.hotpath import load_compiled
+
+        _kernels = load_compiled(lambda: importlib.import_module("amqplens.lifecycle.kernels"))
+    return _kernels or None
 
 
 def _np(table: pa.Table, name: str, fill) -> np.ndarray:
@@ -73,7 +91,8 @@ def fold(table: pa.Table, window: int) -> pa.Table:
     ``window``: the runner's reorder window. The same rows less the folded content frames and heartbeats, with
     ``FOLD_COLUMNS`` (null on every row but a folded message's method)."""
     n = table.num_rows
-    if n == 0 or any(c not in table.column_names for c in _NEEDED):
+    k = kernels()
+    if n == 0 or k is None or any(c not in table.column_names for c in _NEEDED):
         return table
     ts_col = table.column("ts")
     ts = (ts_col.cast(pa.int64()) if not pa.types.is_integer(ts_col.type) else ts_col)
@@ -161,7 +180,7 @@ def fold(table: pa.Table, window: int) -> pa.Table:
         pc.fill_null(pc.ends_with(method, "-ok"), False).to_numpy(zero_copy_only=False)
         if not pa.types.is_null(method.type) else np.zeros(n, bool))).astype(np.int64)
     same = np.ones(len(conn_starts), np.bool_)
-    same_order(np.append(conn_starts, n).astype(np.int64), direction, ts_v.astype(np.int64), rank, drop, window, same)
+    k.same_order(np.append(conn_starts, n).astype(np.int64), direction, ts_v.astype(np.int64), rank, drop, window, same)
     changed = ~np.repeat(same, np.diff(np.append(conn_starts, n)))
     if changed.any():
         folded &= ~changed
@@ -171,67 +190,6 @@ def fold(table: pa.Table, window: int) -> pa.Table:
         if not drop.any():
             return table
     return _with_fold_columns(table, drop, stream[methods], stream[ends], stream, pos, folded)
-
-
-@njit(cache=True, nogil=True)
-def _runner_order(lo: int, hi: int, direction, ts, rank, use, window: int, out) -> int:
-    """The order ``runner.LifecycleRunner`` handles rows lo..hi-1 of one connection in (those with ``use``), when each
-    direction's rows come in stream order (so its heaps are queues): into ``out``; returns how many."""
-    queue = np.empty((2, hi - lo), np.int64)
-    head = np.zeros(2, np.int64)
-    tail = np.zeros(2, np.int64)
-    held = 0
-    k = 0
-    for i in range(lo, hi + window + 1):
-        if i < hi:
-            if not use[i]:
-                continue
-            d = direction[i]
-            queue[d, tail[d]] = i
-            tail[d] += 1
-            held += 1
-            if held <= window:
-                continue
-        elif held == 0:
-            break
-        if head[0] < tail[0] and head[1] < tail[1]:
-            a, b = queue[0, head[0]], queue[1, head[1]]
-            d = 0 if ts[a] < ts[b] or (ts[a] == ts[b] and rank[a] <= rank[b]) else 1
-        else:
-            d = 0 if head[0] < tail[0] else 1
-        out[k] = queue[d, head[d]]
-        head[d] += 1
-        k += 1
-        held -= 1
-    return k
-
-
-@njit(cache=True, nogil=True)
-def same_order(bounds, direction, ts, rank, drop, window: int, same) -> None:
-    """Per connection (rows ``bounds[c]``..``bounds[c+1]``): does the runner handle the rows not dropped in the same
-    order with the dropped rows fed as without them? ``same[c]`` False where not."""
-    n = len(direction)
-    every = np.ones(n, np.bool_)
-    kept = ~drop
-    for c in range(len(bounds) - 1):
-        lo, hi = bounds[c], bounds[c + 1]
-        dropped = False
-        for i in range(lo, hi):
-            dropped |= drop[i]
-        if not dropped:
-            continue
-        full = np.empty(hi - lo, np.int64)
-        part = np.empty(hi - lo, np.int64)
-        nf = _runner_order(lo, hi, direction, ts, rank, every, window, full)
-        npart = _runner_order(lo, hi, direction, ts, rank, kept, window, part)
-        j = 0
-        for i in range(nf):
-            if drop[full[i]]:
-                continue
-            if j >= npart or part[j] != full[i]:
-                same[c] = False
-                break
-            j += 1
 
 
 def _with_fold_columns(table: pa.Table, drop: np.ndarray, method_rows: np.ndarray, end_rows: np.ndarray,
@@ -273,15 +231,3 @@ def _with_fold_columns(table: pa.Table, drop: np.ndarray, method_rows: np.ndarra
     out = out.append_column("fold_properties_json", taken("properties_json", header_of, pa.string()))
     out = out.append_column("fold_body_size", taken("body_size", header_of, pa.int64()))
     return out.append_column("fold_body_sha256", taken("body_sha256", end_of, pa.string()))
-
-
-@njit(cache=True, nogil=True)
-def runner_orders(bounds, direction, ts, rank, window: int):
-    """Every connection's rows (``bounds[c]``..``bounds[c+1]``) in the order the runner handles them, one after another."""
-    n = len(direction)
-    out = np.empty(n, np.int64)
-    use = np.ones(n, np.bool_)
-    for c in range(len(bounds) - 1):
-        lo, hi = bounds[c], bounds[c + 1]
-        _runner_order(lo, hi, direction, ts, rank, use, window, out[lo:hi])
-    return out
