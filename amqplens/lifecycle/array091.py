@@ -12,9 +12,9 @@ moment it meets something else, and its rows are then the machine's):
   channel after its close or after connection.close-ok;
 - basic.publish not mandatory / immediate, with confirm.select or without; the broker's basic.ack / nack
   settling confirm-mode publishes by number, ``multiple`` included;
-- basic.deliver to a consumer started by basic.consume (+ consume-ok, or no-wait) without no-ack, delivery
-  tags rising on the channel while outstanding; the client's basic.ack / nack / reject, ``multiple`` included,
-  each naming something outstanding;
+- basic.deliver to a consumer started by basic.consume (+ consume-ok, or no-wait), delivery tags rising on the
+  channel while outstanding; with no-ack settled on send (``auto_ack``), else by the client's basic.ack / nack /
+  reject, ``multiple`` included, each naming something outstanding;
 - basic.qos (the channel's and the consumers' prefetch) and the flow rows of qos, deliver, settle and close;
 - every message folded (no header or body frame left), message numbers rising per channel and direction;
 - channel close-ok, connection.close, close-ok and the capture's end: outstanding deliveries and publishes
@@ -237,6 +237,7 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False) -> Result:
     rec_cons = np.full(n, -1, np.int64)
     c_queue = np.full(max(n_cons, 1), -1, np.int64)
     closed_here = np.zeros(n, bool)
+    auto = np.zeros(n, bool)  # deliveries to a no-ack consumer
     bad = conn_bad.copy()
     eff_settle = np.zeros(len(_EFFECTS), np.bool_)
     eff_settle[[EFF["settle"], EFF["settle_held"], EFF["close"], EFF["mark"]]] = True
@@ -253,11 +254,12 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False) -> Result:
         _E[1], _E[2], _E[3],
         np.array([_P_EVENTS.index(e) for e in ("publish_confirm", "publish_plain", "broker_ack", "broker_nack",
                                               "channel_close", "connection_close", "capture_end")], np.int64),
-        np.array([_D_EVENTS.index(e) for e in ("deliver_manual", "channel_close", "connection_close", "capture_end")], np.int64),
+        np.array([_D_EVENTS.index(e) for e in ("deliver_manual", "channel_close", "connection_close", "capture_end",
+                                              "deliver_auto_ack")], np.int64),
         np.array([_EP_EVENTS.index("open"), _EP_EVENTS.index("close_reply"), machines.ENDPOINT.states.index("closed"),
                   machines.ENDPOINT.states.index("unseen")], np.int64),
         eff_settle, EFF["fire"], EFF["revert"], EFF["open"], EFF["close"],
-        sub_bad, state, by, by_ts, dtag, rec_cons, c_queue, closed_here)
+        sub_bad, state, by, by_ts, dtag, rec_cons, c_queue, closed_here, auto)
     bad[run] = sub_bad
     if debug:
         for c in run[sub_bad]:
@@ -272,7 +274,7 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False) -> Result:
     fids = _frame_ids(table)
     captures = table.column("capture_id") if "capture_id" in table.column_names else pa.nulls(n, pa.string())
     result.deliveries = _deliveries(table, np.flatnonzero(records & good), action, state, by, by_ts, dtag, rec_cons,
-                                    c_queue, fids, ts)
+                                    c_queue, fids, ts, auto)
     keep = good[events[:, 0]] if len(events) else np.zeros(0, bool)
     chan_of = np.zeros(int(dchan.max()) + 1 if (dchan >= 0).any() else 1, np.int64)
     chan_of[dchan[dchan >= 0]] = channel[dchan >= 0]
@@ -331,7 +333,7 @@ def _with_first(first: pa.Array, rest: pa.Array) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(new_offsets.astype(np.int32)), values)
 
 
-def _deliveries(table, rows, action, state, by, by_ts, dtag, rec_cons, c_queue, fids, ts) -> pa.Table:
+def _deliveries(table, rows, action, state, by, by_ts, dtag, rec_cons, c_queue, fids, ts, auto) -> pa.Table:
     take = pa.array(rows)
     publish = action[rows] == A_PUBLISH
     n = len(rows)
@@ -366,7 +368,8 @@ def _deliveries(table, rows, action, state, by, by_ts, dtag, rec_cons, c_queue, 
         "delivery_mode": delivery_mode, "priority": priority, "properties_json": props,
         "body_size": _col(table, "fold_body_size", take, pa.int64()), "body_sha256": _col(table, "fold_body_sha256", take, pa.string()),
         "redelivered": _null_where(_col(table, "redelivered", take, pa.bool_()), publish),
-        "settle_mode": pa.array(np.where(publish, np.where(confirm, "confirm", "no_confirm"), "manual_ack")),
+        "settle_mode": pa.array(np.where(publish, np.where(confirm, "confirm", "no_confirm"),
+                                         np.where(auto[rows], "auto_ack", "manual_ack"))),
         "sent_ts_us": sent, "settled_ts_us": settled_ts, "settle_latency_us": latency,
         "outcome": pa.array(outcome.astype(str)), "settled_by_frame_id": settled_by,
         "frame_ids": _with_first(fids.take(take).combine_chunks(), _col(table, "fold_frame_ids", take, pa.list_(pa.string()))),

@@ -145,30 +145,50 @@ class ConnectionLifecycle:
             del self.capture_of[cid]
 
     def _feed(self) -> Iterator[pa.RecordBatch]:
-        """The whole connections gathered, sorted as the lifecycle job sorts them, to the machines ``batch_rows`` at a
-        time; each connection ends when the next begins (the runner's contract) or at the end of the batch."""
+        """The whole connections gathered, in groups of about ``batch_rows`` frames (a larger connection alone), each
+        sorted as the lifecycle job sorts its partitions (connection_id first, so groups in connection_id order are
+        the job's order too) and done: folded and from arrays where that applies (``lifecycle.compiled``), the rest to
+        the machines ``batch_rows`` at a time; each connection ends when the next begins (the runner's contract) or
+        at the end of its group. A group at a time, so a task holds the copies the sort, the folding and the arrays
+        make of one group, not of everything that became whole at once (the long connections at a capture's end)."""
         if not self.ready:
             return
         ready, self.ready, self.ready_rows = self.ready, {}, 0
-        captures = {self.capture_of.pop(cid) for cid in ready}
+        capture_of = {cid: self.capture_of.pop(cid) for cid in ready}
         columns = [c for c in FRAME_COLUMNS if c in self.types or (c == "ts_us" and "ts" in self.types)]
+        group: list[str] = []
+        rows = 0
+        order = sorted(ready)
+        for k, cid in enumerate(order):
+            group.append(cid)
+            rows += sum(p.num_rows for p in ready[cid])
+            if rows >= self.batch_rows or k == len(order) - 1:
+                parts = [p for c in group if capture_of[c] not in self.failed for p in ready.pop(c)]
+                captures = sorted({capture_of[c] for c in group})
+                group, rows = [], 0
+                if parts:
+                    yield from self._group(parts, captures, columns)
+
+    def _group(self, parts: list[pa.RecordBatch], captures: list[str], columns: list[str]) -> Iterator[pa.RecordBatch]:
         try:
-            frames = _table([p for parts in ready.values() for p in parts], self.types)
+            frames = _table(parts, self.types)
+            del parts
             frames = frames.take(pc.sort_indices(frames, options=_SORT))
             if self.fold_content:
                 frames = fold(frames, self.out.options.reorder_window)
-                columns += [c for c in FOLD_COLUMNS if c in frames.column_names]
+                columns = columns + [c for c in FOLD_COLUMNS if c in frames.column_names]
                 if self.arrays:
                     done = array091.lifecycle(frames, self.out.options.reorder_window)
                     yield from self.out.arrays(done)
                     if done.taken.any():
                         frames = frames.filter(pa.array(~done.taken))
+                    del done
             for start in range(0, frames.num_rows, self.batch_rows):
                 for batch in frames.slice(start, self.batch_rows).to_batches():
                     yield from self.out.feed(batch, columns)
             yield from self.out.end_connection()
         except Exception as exc:  # noqa: BLE001 - the lifecycle job redoes these captures, and fails the culprit alone
-            self._fail(sorted(captures), f"{type(exc).__name__}: {exc}")
+            self._fail(captures, f"{type(exc).__name__}: {exc}")
             self.out.reset()
 
     def _fail(self, capture_ids: list[str], why: str) -> None:

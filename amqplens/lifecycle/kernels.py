@@ -125,12 +125,12 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
           prefetch_arg, global_qos, no_ack, n_chan, n_cons, n_dirchan,
           p_tab, p_eff, p_flag, p_n, d_tab, d_eff, d_flag, d_n, e_tab, e_eff, e_flag,
           ev_p, ev_d, ev_e, eff_settle, eff_fire, eff_revert, eff_open, eff_close,
-          bad, state, by, by_ts, dtag, rec_cons, c_queue, closed_here):
+          bad, state, by, by_ts, dtag, rec_cons, c_queue, closed_here, auto):
     """Every connection ``bounds[c]``..``bounds[c+1]`` of ``order`` (its rows in the runner's order). ``ev_p``/``ev_d``:
     indexes of the machine events used, ``ev_e``: endpoint events (open, open_reply, close_reply, closed state,
     unseen state). Returns the flow rows (row, entity, consumer, event, prefetch, in_flight, at_limit, channel)."""
     P_CONFIRM, P_PLAIN, P_ACK, P_NACK, P_CH_CLOSE, P_CONN_CLOSE, P_END = ev_p[0], ev_p[1], ev_p[2], ev_p[3], ev_p[4], ev_p[5], ev_p[6]
-    D_MANUAL, D_CH_CLOSE, D_CONN_CLOSE, D_END = ev_d[0], ev_d[1], ev_d[2], ev_d[3]
+    D_MANUAL, D_CH_CLOSE, D_CONN_CLOSE, D_END, D_AUTO = ev_d[0], ev_d[1], ev_d[2], ev_d[3], ev_d[4]
     E_OPEN, E_CLOSE_REPLY, S_CLOSED, S_UNSEEN = ev_e[0], ev_e[1], ev_e[2], ev_e[3]
     n = len(action)
     events = np.empty((max(16, n), 8), np.int64)
@@ -150,7 +150,8 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
     q_tail = np.full(n_chan, -1, np.int64)
     nxt = np.full(n, -1, np.int64)
     registered = np.zeros(n_cons, np.bool_)
-    cancelled = np.zeros(n_cons, np.bool_)  # a consumer started again after its cancel: another record, not modelled
+    cancelled = np.zeros(n_cons, np.bool_)
+    c_noack = np.zeros(n_cons, np.bool_)  # a consumer started again after its cancel: another record, not modelled
     c_prefetch = np.zeros(n_cons, np.int64)
     c_in_flight = np.zeros(n_cons, np.int64)
     last_seq = np.full(n_dirchan, -1, np.int64)
@@ -213,6 +214,12 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                         failed = True
                         break
                     rec_cons[i] = kk
+                    if c_noack[kk]:  # settled on send: no outstanding record, no flow row
+                        auto[i] = True
+                        if _step(i, D_AUTO, d_tab, d_eff, d_flag, d_n, state, by, by_ts, i, ts[i], eff_settle, eff_fire, eff_revert, ts) != 1:
+                            failed = True
+                            break
+                        continue
                     if _step(i, D_MANUAL, d_tab, d_eff, d_flag, d_n, state, by, by_ts, i, ts[i], eff_settle, eff_fire, eff_revert, ts) != 0:
                         failed = True
                         break
@@ -305,9 +312,7 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                         failed = True
                         break
                     if not registered[kk]:
-                        if src >= 0 and no_ack[src]:
-                            failed = True
-                            break
+                        c_noack[kk] = src >= 0 and no_ack[src]
                         registered[kk] = True
                         c_prefetch[kk] = cprefetch[ch]
                         c_queue[kk] = src  # the consume whose queue the consumer has (-1: none)
