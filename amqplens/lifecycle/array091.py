@@ -31,6 +31,7 @@ every row with the machine's on every fixture and on mutated frame tables.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -115,12 +116,13 @@ def _dense(*keys: np.ndarray) -> np.ndarray:
 class Result:
     """What ``lifecycle`` gives: ``taken`` (the rows of the connections it did; the others go to the machines), and
     per kind the rows: ``deliveries`` and ``flow_events`` as Arrow tables of the structs' fields (with
-    ``capture_id``), ``request_responses`` as dicts with their connections' capture ids."""
+    ``capture_id``) built a slice at a time, ``request_responses`` as dicts with their connections' capture ids."""
 
     def __init__(self, n: int) -> None:
         self.taken = np.zeros(n, bool)
-        self.deliveries: pa.Table | None = None
-        self.flow_events: pa.Table | None = None
+        # slice size -> the rows as Arrow tables of the structs' fields (with capture_id), a slice at a time
+        self.deliveries: Callable[[int], Iterator[pa.Table]] = lambda size: iter(())
+        self.flow_events: Callable[[int], Iterator[pa.Table]] = lambda size: iter(())
         self.request_responses: list[tuple[str | None, dict]] = []
         self.why: dict[int, tuple] = {}  # debug: connection number -> why it went to the machine
 
@@ -273,14 +275,19 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False) -> Result:
     result.taken = good
     fids = _frame_ids(table)
     captures = table.column("capture_id") if "capture_id" in table.column_names else pa.nulls(n, pa.string())
-    result.deliveries = _deliveries(table, np.flatnonzero(records & good), action, state, by, by_ts, dtag, rec_cons,
-                                    c_queue, fids, ts, auto)
+    delivery_rows = np.flatnonzero(records & good)
+    result.deliveries = lambda size: (  # built a slice at a time: a long connection's rows are many
+        _deliveries(table, delivery_rows[at:at + size], action, state, by, by_ts, dtag, rec_cons, c_queue, fids, ts, auto)
+        for at in range(0, len(delivery_rows), size))
     keep = good[events[:, 0]] if len(events) else np.zeros(0, bool)
     chan_of = np.zeros(int(dchan.max()) + 1 if (dchan >= 0).any() else 1, np.int64)
     chan_of[dchan[dchan >= 0]] = channel[dchan >= 0]
     tag_of = np.zeros(max(n_cons, 1), np.int64)
     tag_of[cons[cons >= 0]] = np.flatnonzero(cons >= 0)
-    result.flow_events = _flow_events(table, events[keep], chan_of, tag_of, tag_filled, fids, captures, ts)
+    kept_events = events[keep]
+    result.flow_events = lambda size: (
+        _flow_events(table, kept_events[at:at + size], chan_of, tag_of, tag_filled, fids, captures, ts)
+        for at in range(0, len(kept_events), size))
     result.request_responses = _requests(table, order, bounds, np.flatnonzero(~bad), action, closed_here, fids, captures, ts)
     return result
 

@@ -111,13 +111,9 @@ class LifecycleBatcher:
 
     def arrays(self, done) -> Iterator[pa.RecordBatch]:
         """The rows ``array091.lifecycle`` gave (``done``: its ``Result``) as output batches of ``batch_rows``."""
-        n_kinds = {"delivery": done.deliveries, "flow_event": done.flow_events}
-        for kind, table in n_kinds.items():
-            if table is None or not table.num_rows:
-                continue
+        for kind, parts in (("delivery", done.deliveries), ("flow_event", done.flow_events)):
             struct = self.structs[kind]
-            for start in range(0, table.num_rows, self.batch_rows):
-                part = table.slice(start, self.batch_rows)
+            for part in parts(self.batch_rows):
                 m = part.num_rows
                 values = pa.StructArray.from_arrays([part.column(f.name).combine_chunks().cast(f.type) for f in struct],
                                                     fields=list(struct))

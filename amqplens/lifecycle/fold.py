@@ -86,14 +86,19 @@ def _frame_ids(table: pa.Table) -> pa.ChunkedArray:
                                        pc.cast(table.column("stream_offset"), pa.string()), "-")
 
 
-def fold(table: pa.Table, window: int) -> pa.Table:
-    """``table``: frames-table columns of whole connections sorted by (connection_id, ts, stream_offset, direction);
-    ``window``: the runner's reorder window. The same rows less the folded content frames and heartbeats, with
-    ``FOLD_COLUMNS`` (null on every row but a folded message's method)."""
-    n = table.num_rows
+def fold(source: pa.Table, window: int, order: pa.Array | None = None) -> pa.Table:
+    """``source``: frames-table columns of whole connections, sorted by (connection_id, ts, stream_offset,
+    direction) or put in that order by ``order`` (indices); ``window``: the runner's reorder window. The rows in
+    that order less the folded content frames and heartbeats, with ``FOLD_COLUMNS`` (null on every row but a folded
+    message's method). With ``order`` only the columns folding reads are put in order first, and the rows kept are
+    taken from ``source`` once: no sorted copy of every column of every row."""
     k = kernels()
-    if n == 0 or k is None or any(c not in table.column_names for c in _NEEDED):
-        return table
+    if source.num_rows == 0 or k is None or any(c not in source.column_names for c in _NEEDED):
+        return source if order is None else source.take(order)
+    order = pa.array(np.arange(source.num_rows)) if order is None else order
+    read = [c for c in (*_NEEDED, "frame_id") if c in source.column_names]
+    table = source.select(read).take(order)
+    n = table.num_rows
     ts_col = table.column("ts")
     ts = (ts_col.cast(pa.int64()) if not pa.types.is_integer(ts_col.type) else ts_col)
     valid = (pc.is_valid(ts).to_numpy(zero_copy_only=False) & pc.is_valid(table.column("stream_offset")).to_numpy(
@@ -173,7 +178,7 @@ def fold(table: pa.Table, window: int) -> pa.Table:
     drop |= is_heartbeat & ok
     drop[conn_starts] = False
     if not drop.any():
-        return table
+        return source.take(order)
     # the runner's order of the rows kept must not change (it can, where more rows share a time than its window)
     method = table.column("method_name")
     rank = (_is(table, "method_name", sorted(REFERS_BACK)) | (
@@ -188,12 +193,14 @@ def fold(table: pa.Table, window: int) -> pa.Table:
         keep = ~changed[stream[methods]]
         methods, ends = methods[keep], ends[keep]
         if not drop.any():
-            return table
-    return _with_fold_columns(table, drop, stream[methods], stream[ends], stream, pos, folded)
+            return source.take(order)
+    return _with_fold_columns(source, order.to_numpy(zero_copy_only=False), table, drop, stream[methods], stream[ends],
+                              stream, pos, folded)
 
 
-def _with_fold_columns(table: pa.Table, drop: np.ndarray, method_rows: np.ndarray, end_rows: np.ndarray,
-                       stream: np.ndarray, pos: np.ndarray, folded: np.ndarray) -> pa.Table:
+def _with_fold_columns(source: pa.Table, order: np.ndarray, table: pa.Table, drop: np.ndarray, method_rows: np.ndarray,
+                       end_rows: np.ndarray, stream: np.ndarray, pos: np.ndarray, folded: np.ndarray) -> pa.Table:
+    """``table``: the columns folding read, in order (``source`` rows ``order``); rows are places in that order."""
     n = table.num_rows
     kept = np.flatnonzero(~drop)
     out_place = np.full(n, -1, np.int64)
@@ -204,8 +211,8 @@ def _with_fold_columns(table: pa.Table, drop: np.ndarray, method_rows: np.ndarra
     owner_place = np.maximum.accumulate(np.where(is_folded_method, np.arange(n), -1))
     frames = np.flatnonzero(folded)
     owner = stream[owner_place[pos[frames]]]
-    order = np.lexsort((pos[frames], out_place[owner]))
-    frames, owner = frames[order], owner[order]
+    by_owner = np.lexsort((pos[frames], out_place[owner]))
+    frames, owner = frames[by_owner], owner[by_owner]
     counts = np.zeros(len(kept), np.int64)
     np.add.at(counts, out_place[owner], 1)
     offsets = np.zeros(len(kept) + 1, np.int64)
@@ -221,12 +228,12 @@ def _with_fold_columns(table: pa.Table, drop: np.ndarray, method_rows: np.ndarra
     end_of[out_place[method_rows]] = end_rows
 
     def taken(name: str, rows: np.ndarray, type_: pa.DataType) -> pa.Array:
-        if name not in table.column_names:
+        if name not in source.column_names:
             return pa.nulls(len(kept), type_)
-        values = table.column(name).take(pa.array(rows)).combine_chunks()
+        values = source.column(name).take(pa.array(order[rows])).combine_chunks()
         return pc.if_else(pa.array(has), values, pa.scalar(None, values.type))
 
-    out = table.take(pa.array(kept))
+    out = source.take(pa.array(order[kept]))
     out = out.append_column("fold_frame_ids", fold_ids)
     out = out.append_column("fold_properties_json", taken("properties_json", header_of, pa.string()))
     out = out.append_column("fold_body_size", taken("body_size", header_of, pa.int64()))

@@ -47,6 +47,7 @@ from amqplens.decode.common.reports import ConnectionsClosed
 
 log = logging.getLogger(__name__)
 
+COMPACT_PARTS = 16  # a held connection's slices of decoder batches copied into one batch of its own at this many
 READ_COLUMNS = (*FRAME_COLUMNS, "ts")  # what the machines read, as the frames table holds it (ts, not ts_us)
 # the lifecycle job's sortWithinPartitions after its shuffle by connection_id (amqplens/jobs/lifecycle.py), after connection_id;
 # the last key only orders the two directions' frames of equal time and offset, so the order never depends on the input's
@@ -75,6 +76,7 @@ class ConnectionLifecycle:
         self.held_rows = 0
         self.types: dict[str, pa.DataType] = {}  # the READ_COLUMNS the frame batches have, with their types
         self.held: dict[str, list[pa.RecordBatch]] = {}  # connection -> its frames so far (the batches' non-null columns)
+        self.loose: dict[str, int] = {}  # connection -> its last parts that are still slices of the decoder's batches
         self.capture_of: dict[str, str] = {}  # connection -> capture, while held or ready
         self.seen: collections.Counter = collections.Counter()  # capture -> frame rows received
         self.waiting: dict[str, collections.deque] = collections.defaultdict(collections.deque)  # capture -> (through, ids)
@@ -120,8 +122,15 @@ class ConnectionLifecycle:
                 self._fail([capture_id], f"frames of connection {cid} after it was whole")
                 return
             self.capture_of.setdefault(cid, capture_id)
-            self.held.setdefault(cid, []).append(live.slice(start, end - start))
+            parts = self.held.setdefault(cid, [])
+            parts.append(live.slice(start, end - start))
             self.held_rows += end - start
+            loose = self.loose[cid] = self.loose.get(cid, 0) + 1
+            if loose >= COMPACT_PARTS:
+                # a slice keeps its whole decoder batch alive (every connection's frames in it): a connection held
+                # over many batches (a long one spans the capture) would keep all of them; its rows are copied out
+                parts[-loose:] = _table(parts[-loose:], self.types).combine_chunks().to_batches()
+                self.loose[cid] = 0
         if self.max_held_rows is not None and self.held_rows > self.max_held_rows:
             self._fail([capture_id], f"more than {self.max_held_rows} frames held of connections not yet whole "
                                      "(lifecycle.fused_max_held_frames)")
@@ -136,6 +145,7 @@ class ConnectionLifecycle:
 
     def _ready(self, cid: str) -> None:
         self.done.add(cid)
+        self.loose.pop(cid, None)
         parts = self.held.pop(cid, None)
         self.held_rows -= sum(p.num_rows for p in parts or ())
         if parts and self.capture_of.get(cid) not in self.failed:
@@ -173,9 +183,9 @@ class ConnectionLifecycle:
         try:
             frames = _table(parts, self.types)
             del parts
-            frames = frames.take(pc.sort_indices(frames, options=_SORT))
-            if self.fold_content:
-                frames = fold(frames, self.out.options.reorder_window)
+            order = pc.sort_indices(frames, options=_SORT)
+            if self.fold_content:  # sorted and folded in one copy of the rows kept
+                frames = fold(frames, self.out.options.reorder_window, order)
                 columns = columns + [c for c in FOLD_COLUMNS if c in frames.column_names]
                 if self.arrays:
                     done = array091.lifecycle(frames, self.out.options.reorder_window)
@@ -183,6 +193,8 @@ class ConnectionLifecycle:
                     if done.taken.any():
                         frames = frames.filter(pa.array(~done.taken))
                     del done
+            else:
+                frames = frames.take(order)
             for start in range(0, frames.num_rows, self.batch_rows):
                 for batch in frames.slice(start, self.batch_rows).to_batches():
                     yield from self.out.feed(batch, columns)
@@ -197,6 +209,7 @@ class ConnectionLifecycle:
             self.failed.setdefault(capture_id, why)
         dropped = {cid for cid, cap in self.capture_of.items() if cap in capture_ids}
         for cid in dropped:
+            self.loose.pop(cid, None)
             self.held_rows -= sum(p.num_rows for p in self.held.pop(cid, None) or ())
             self.capture_of.pop(cid, None)
             self.ready_rows -= sum(p.num_rows for p in self.ready.pop(cid, []))
