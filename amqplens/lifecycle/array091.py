@@ -15,6 +15,7 @@ moment it meets something else, and its rows are then the machine's):
 - basic.deliver to a consumer started by basic.consume (+ consume-ok, or no-wait), delivery tags rising on the
   channel while outstanding; with no-ack settled on send (``auto_ack``), else by the client's basic.ack / nack /
   reject, ``multiple`` included, each naming something outstanding;
+- basic.get answered by get-ok (the oldest pending get's queue and no-ack) or get-empty;
 - basic.qos (the channel's and the consumers' prefetch) and the flow rows of qos, deliver, settle and close;
 - every message folded (no header or body frame left), message numbers rising per channel and direction;
 - channel close-ok, connection.close, close-ok and the capture's end: outstanding deliveries and publishes
@@ -47,12 +48,13 @@ from amqplens.lifecycle.runner import REFERS_BACK
 
 # actions of a row
 (A_NONE, A_BAD, A_PUBLISH, A_DELIVER, A_SETTLE, A_CONFIRM, A_QOS, A_CONSUME, A_CONSUME_NOWAIT, A_CONSUME_OK,
- A_CONFIRM_SELECT, A_CONN_CLOSE, A_CONN_CLOSE_OK, A_CANCEL_OK) = range(14)
+ A_CONFIRM_SELECT, A_CONN_CLOSE, A_CONN_CLOSE_OK, A_CANCEL_OK, A_GET, A_GET_EMPTY, A_GET_OK) = range(17)
 _ACTIONS = {("basic", "publish"): A_PUBLISH, ("basic", "deliver"): A_DELIVER, ("basic", "qos"): A_QOS,
             ("basic", "consume"): A_CONSUME, ("basic", "consume-ok"): A_CONSUME_OK,
             ("confirm", "select"): A_CONFIRM_SELECT, ("connection", "close"): A_CONN_CLOSE,
-            ("connection", "close-ok"): A_CONN_CLOSE_OK, ("basic", "cancel-ok"): A_CANCEL_OK}
-_LEFT_TO_MACHINES = [("basic", m) for m in ("return", "recover", "recover-async", "get", "get-ok", "get-empty")] + [
+            ("connection", "close-ok"): A_CONN_CLOSE_OK, ("basic", "cancel-ok"): A_CANCEL_OK, ("basic", "get"): A_GET,
+            ("basic", "get-empty"): A_GET_EMPTY, ("basic", "get-ok"): A_GET_OK}
+_LEFT_TO_MACHINES = [("basic", m) for m in ("return", "recover", "recover-async")] + [
     ("tx", "select"), ("tx", "commit-ok"), ("tx", "rollback-ok"), ("channel", "flow-ok"), ("connection", "blocked"),
     ("connection", "unblocked")]
 _HOT = (("basic", "publish"), ("basic", "deliver"), ("basic", "ack"), ("basic", "nack"), ("basic", "reject"))
@@ -188,7 +190,7 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False) -> Result:
     folded = _valid(table, "fold_frame_ids")
     mandatory = _fill(table, "mandatory", False, bool) | _fill(table, "immediate", False, bool)
     action[(action == A_PUBLISH) & (mandatory | ~folded)] = A_BAD
-    action[(action == A_DELIVER) & (~folded | ~_valid(table, "delivery_tag"))] = A_BAD
+    action[np.isin(action, [A_DELIVER, A_GET_OK]) & (~folded | ~_valid(table, "delivery_tag"))] = A_BAD
     consumes = np.flatnonzero(action == A_CONSUME)
     if len(consumes):
         args = table.column("arguments_json").take(pa.array(consumes)).to_pylist() if "arguments_json" in table.column_names else [None] * len(consumes)
@@ -232,14 +234,15 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False) -> Result:
 
     state = np.zeros(n, np.int64)
     state[action == A_PUBLISH] = _P[0].index("new")
-    state[action == A_DELIVER] = _D[0].index("new")
+    state[np.isin(action, [A_DELIVER, A_GET_OK])] = _D[0].index("new")
     by = np.full(n, -1, np.int64)
     by_ts = np.zeros(n, np.int64)
     dtag = np.zeros(n, np.int64)
     rec_cons = np.full(n, -1, np.int64)
     c_queue = np.full(max(n_cons, 1), -1, np.int64)
     closed_here = np.zeros(n, bool)
-    auto = np.zeros(n, bool)  # deliveries to a no-ack consumer
+    auto = np.zeros(n, bool)  # deliveries to a no-ack consumer, get-oks of a no-ack get
+    rec_queue = np.full(n, -1, np.int64)  # per delivery: the consume or get whose queue it came from
     bad = conn_bad.copy()
     eff_settle = np.zeros(len(_EFFECTS), np.bool_)
     eff_settle[[EFF["settle"], EFF["settle_held"], EFF["close"], EFF["mark"]]] = True
@@ -261,12 +264,12 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False) -> Result:
         np.array([_EP_EVENTS.index("open"), _EP_EVENTS.index("close_reply"), machines.ENDPOINT.states.index("closed"),
                   machines.ENDPOINT.states.index("unseen")], np.int64),
         eff_settle, EFF["fire"], EFF["revert"], EFF["open"], EFF["close"],
-        sub_bad, state, by, by_ts, dtag, rec_cons, c_queue, closed_here, auto)
+        sub_bad, state, by, by_ts, dtag, rec_cons, c_queue, closed_here, auto, rec_queue)
     bad[run] = sub_bad
     if debug:
         for c in run[sub_bad]:
             result.why[int(c)] = ("pass",)
-    records = np.isin(action, [A_PUBLISH, A_DELIVER])
+    records = np.isin(action, [A_PUBLISH, A_DELIVER, A_GET_OK])
     ended = np.where(action == A_PUBLISH, state >= len(machines.PUBLISH.states), state >= len(machines.DELIVER.states))
     np.logical_or.at(bad, of_conn, records & ~ended)  # a record the pass left live: the machine says what it is
     good = ~bad[of_conn]
@@ -277,7 +280,7 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False) -> Result:
     captures = table.column("capture_id") if "capture_id" in table.column_names else pa.nulls(n, pa.string())
     delivery_rows = np.flatnonzero(records & good)
     result.deliveries = lambda size: (  # built a slice at a time: a long connection's rows are many
-        _deliveries(table, delivery_rows[at:at + size], action, state, by, by_ts, dtag, rec_cons, c_queue, fids, ts, auto)
+        _deliveries(table, delivery_rows[at:at + size], action, state, by, by_ts, dtag, rec_queue, fids, ts, auto)
         for at in range(0, len(delivery_rows), size))
     keep = good[events[:, 0]] if len(events) else np.zeros(0, bool)
     chan_of = np.zeros(int(dchan.max()) + 1 if (dchan >= 0).any() else 1, np.int64)
@@ -340,7 +343,7 @@ def _with_first(first: pa.Array, rest: pa.Array) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(new_offsets.astype(np.int32)), values)
 
 
-def _deliveries(table, rows, action, state, by, by_ts, dtag, rec_cons, c_queue, fids, ts, auto) -> pa.Table:
+def _deliveries(table, rows, action, state, by, by_ts, dtag, rec_queue, fids, ts, auto) -> pa.Table:
     take = pa.array(rows)
     publish = action[rows] == A_PUBLISH
     n = len(rows)
@@ -357,15 +360,15 @@ def _deliveries(table, rows, action, state, by, by_ts, dtag, rec_cons, c_queue, 
     settled_ts = pa.array(np.where(settled, by_ts[rows], 0), pa.int64(), mask=~settled)
     latency = pa.array(np.where(settled, by_ts[rows] - sent_np, 0), pa.int64(), mask=~settled)
     settled_by = _null_where(fids.take(pa.array(np.where(settled, by[rows], 0))).combine_chunks(), ~settled)
-    consume = np.where(publish, -1, c_queue[np.maximum(rec_cons[rows], 0)])
-    queue = _null_where(_col(table, "queue", pa.array(np.maximum(consume, 0)), pa.string()), consume < 0)
+    source = np.where(publish, -1, rec_queue[rows])
+    queue = _null_where(_col(table, "queue", pa.array(np.maximum(source, 0)), pa.string()), source < 0)
     props = _col(table, "fold_properties_json", take, pa.string())
     message_id, correlation_id, content_type, delivery_mode, priority = _properties(props)
     confirm = publish & (dtag[rows] > 0)
     columns = {
         "delivery_id": pc.binary_join_element_wise(cid, side, channel.cast(pa.string()), seq.cast(pa.string()), "-"),
         "connection_id": cid, "dialect": _col(table, "dialect", take, pa.string()), "direction": side, "channel": channel,
-        "consumer_tag": _null_where(_col(table, "consumer_tag", take, pa.string()), publish),
+        "consumer_tag": _null_where(_col(table, "consumer_tag", take, pa.string()), action[rows] != A_DELIVER),
         "link_handle": pa.nulls(n, pa.int64()), "link_name": pa.nulls(n, pa.string()),
         "delivery_tag": _delivery_tags(table, take, publish, confirm, dtag[rows]),
         "transfer_id": pa.nulls(n, pa.int64()), "delivery_tag_bin": pa.nulls(n, pa.binary()),

@@ -11,7 +11,7 @@ from numba import njit
 
 from amqplens.lifecycle.array091 import (
     A_BAD, A_CANCEL_OK, A_CONFIRM, A_CONFIRM_SELECT, A_CONN_CLOSE, A_CONN_CLOSE_OK, A_CONSUME, A_CONSUME_NOWAIT,
-    A_CONSUME_OK, A_DELIVER, A_NONE, A_PUBLISH, A_QOS, A_SETTLE,
+    A_CONSUME_OK, A_DELIVER, A_GET, A_GET_EMPTY, A_GET_OK, A_NONE, A_PUBLISH, A_QOS, A_SETTLE,
 )
 
 
@@ -125,7 +125,7 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
           prefetch_arg, global_qos, no_ack, n_chan, n_cons, n_dirchan,
           p_tab, p_eff, p_flag, p_n, d_tab, d_eff, d_flag, d_n, e_tab, e_eff, e_flag,
           ev_p, ev_d, ev_e, eff_settle, eff_fire, eff_revert, eff_open, eff_close,
-          bad, state, by, by_ts, dtag, rec_cons, c_queue, closed_here, auto):
+          bad, state, by, by_ts, dtag, rec_cons, c_queue, closed_here, auto, rec_queue):
     """Every connection ``bounds[c]``..``bounds[c+1]`` of ``order`` (its rows in the runner's order). ``ev_p``/``ev_d``:
     indexes of the machine events used, ``ev_e``: endpoint events (open, open_reply, close_reply, closed state,
     unseen state). Returns the flow rows (row, entity, consumer, event, prefetch, in_flight, at_limit, channel)."""
@@ -148,6 +148,8 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
     c_tail = np.full(n_chan, -1, np.int64)
     q_head = np.full(n_chan, -1, np.int64)
     q_tail = np.full(n_chan, -1, np.int64)
+    g_head = np.full(n_chan, -1, np.int64)  # pending basic.get, oldest first
+    g_tail = np.full(n_chan, -1, np.int64)
     nxt = np.full(n, -1, np.int64)
     registered = np.zeros(n_cons, np.bool_)
     cancelled = np.zeros(n_cons, np.bool_)
@@ -187,7 +189,7 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                 elif a != A_NONE and a != A_CONN_CLOSE and a != A_CONN_CLOSE_OK:
                     failed = True  # a channel's method on channel 0: not modelled
                     break
-                if a == A_PUBLISH or a == A_DELIVER:
+                if a == A_PUBLISH or a == A_DELIVER or a == A_GET_OK:
                     dc = dirchan[i]
                     if seq[i] <= last_seq[dc]:
                         failed = True
@@ -208,13 +210,30 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                     if _step(i, pe, p_tab, p_eff, p_flag, p_n, state, by, by_ts, i, ts[i], eff_settle, eff_fire, eff_revert, ts) < 0:
                         failed = True
                         break
-                elif a == A_DELIVER:
-                    kk = cons[i]
-                    if kk < 0 or not registered[kk] or (u_tail[ch] >= 0 and tag[i] <= tag[u_tail[ch]]):
+                elif a == A_DELIVER or a == A_GET_OK:
+                    if a == A_DELIVER:
+                        kk = cons[i]
+                        if kk < 0 or not registered[kk]:
+                            failed = True
+                            break
+                        noack = c_noack[kk]
+                        rec_queue[i] = c_queue[kk]
+                    else:  # basic.get-ok answers the channel's oldest pending basic.get: its queue and no-ack
+                        kk = -1
+                        src = g_head[ch]
+                        if src < 0:
+                            failed = True
+                            break
+                        g_head[ch] = nxt[src]
+                        if g_head[ch] < 0:
+                            g_tail[ch] = -1
+                        noack = no_ack[src]
+                        rec_queue[i] = src
+                    if u_tail[ch] >= 0 and tag[i] <= tag[u_tail[ch]]:
                         failed = True
                         break
                     rec_cons[i] = kk
-                    if c_noack[kk]:  # settled on send: no outstanding record, no flow row
+                    if noack:  # settled on send: no outstanding record, no flow row
                         auto[i] = True
                         if _step(i, D_AUTO, d_tab, d_eff, d_flag, d_n, state, by, by_ts, i, ts[i], eff_settle, eff_fire, eff_revert, ts) != 1:
                             failed = True
@@ -229,9 +248,10 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                         u_head[ch] = i
                     u_tail[ch] = i
                     in_flight[ch] += 1
-                    c_in_flight[kk] += 1
                     events, k = _emit(events, k, i, 0, -1, 1, prefetch[ch], in_flight[ch], ch)
-                    events, k = _emit(events, k, i, 1, kk, 1, c_prefetch[kk], c_in_flight[kk], ch)
+                    if kk >= 0:
+                        c_in_flight[kk] += 1
+                        events, k = _emit(events, k, i, 1, kk, 1, c_prefetch[kk], c_in_flight[kk], ch)
                 elif a == A_SETTLE or a == A_CONFIRM:
                     client = a == A_SETTLE
                     t = tag[i]
@@ -262,9 +282,10 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                                 break
                             if client:
                                 in_flight[ch] -= 1
-                                c_in_flight[rec_cons[r]] -= 1
-                                touched[n_touched] = rec_cons[r]
-                                n_touched += 1
+                                if rec_cons[r] >= 0:
+                                    c_in_flight[rec_cons[r]] -= 1
+                                    touched[n_touched] = rec_cons[r]
+                                    n_touched += 1
                             r2 = nxt[r]
                             if prev >= 0:
                                 nxt[prev] = r2
@@ -293,6 +314,18 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                     if not global_qos[i]:
                         cprefetch[ch] = prefetch_arg[i]
                     events, k = _emit(events, k, i, 0, -1, 0, prefetch[ch], in_flight[ch], ch)
+                elif a == A_GET:
+                    if g_tail[ch] >= 0:
+                        nxt[g_tail[ch]] = i
+                    else:
+                        g_head[ch] = i
+                    g_tail[ch] = i
+                elif a == A_GET_EMPTY:
+                    src = g_head[ch]
+                    if src >= 0:
+                        g_head[ch] = nxt[src]
+                        if g_head[ch] < 0:
+                            g_tail[ch] = -1
                 elif a == A_CONSUME:
                     if q_tail[ch] >= 0:
                         nxt[q_tail[ch]] = i
@@ -349,15 +382,17 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                 n_touched = 0
                 r = u_head[cc]
                 while r >= 0:
-                    touched[n_touched] = rec_cons[r]
-                    n_touched += 1
+                    if rec_cons[r] >= 0:
+                        touched[n_touched] = rec_cons[r]
+                        n_touched += 1
                     got = _step(r, de_c, d_tab, d_eff, d_flag, d_n, state, by, by_ts, close_row, ts[close_row] if close_row >= 0 else 0,
                                 eff_settle, eff_fire, eff_revert, ts)
                     if got < 0:
                         failed = True
                     elif got == 1:
                         in_flight[cc] -= 1
-                        c_in_flight[rec_cons[r]] -= 1
+                        if rec_cons[r] >= 0:
+                            c_in_flight[rec_cons[r]] -= 1
                     r = nxt[r]
                 r = c_head[cc]
                 while r >= 0:

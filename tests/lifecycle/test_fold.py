@@ -177,7 +177,7 @@ def test_more_rows_at_one_time_than_the_window_keep_the_runners_order():
 
 def test_the_array_path_takes_the_plain_connections_of_the_fixtures():
     """Not vacuous: connections array091 models (publishes with and without confirms, consumers with acks, nacks
-    and rejects, cancels, closes) go that way; the others (basic.get, tx, returns, channel.flow, blocked) do not."""
+    and rejects, cancels, basic.get, closes) go that way; the others (tx, returns, channel.flow, blocked) do not."""
     taken, why = {}, {}
     for path in sorted((DATA / "broker").glob("*.pcap")) + [DATA / "demo" / "demo.pcap"]:
         table = _table(frames_of(path))
@@ -189,4 +189,21 @@ def test_the_array_path_takes_the_plain_connections_of_the_fixtures():
     assert taken["churn"][0] >= 30 and taken["pipelined_publish"] == (1, 1) and taken["publish_nacked"] == (1, 1)
     assert taken["consumer_cancelled"] == (2, 2) and taken["demo"][0] >= 4
     assert sum(t for t, _ in taken.values()) >= 50, taken
-    assert ("basic", "get") in why["basic_get"] and ("tx", "select") in why["tx"] and ("channel", "flow-ok") in why["channel_flow"]
+    assert taken["basic_get"] == (1, 1) and taken["heartbeat"] == (1, 1)  # basic.get, get-ok, get-empty
+    assert ("tx", "select") in why["tx"] and ("channel", "flow-ok") in why["channel_flow"]
+    assert ("basic", "publish") in why["mandatory_return"]  # a mandatory publish: returns are the machines'.
+
+
+def test_the_array_path_raising_leaves_the_capture_to_the_lifecycle_job(monkeypatch):
+    """A bug in the array path (it should never raise) fails the capture as the machines raising does: named in
+    ``failed`` (the ingest then commits none of its lifecycle rows and the lifecycle job derives them)."""
+    def broken(table, window, debug=False):
+        raise RuntimeError("array bug")
+
+    monkeypatch.setattr(array091, "lifecycle", broken)
+    fused = ConnectionLifecycle(**lifecycle.structs())
+    table = _table(frames_of(DATA / "broker" / "churn.pcap"))
+    for chunk in table.to_batches(max_chunksize=500):
+        list(fused.frames("cap", chunk))
+    list(fused.finish())
+    assert fused.failed == {"cap": "RuntimeError: array bug"}
