@@ -314,7 +314,8 @@ class LifecycleSettings(_Section):
         "Same rows either way; not part of the capture's fingerprint")
     compiled: Annotated[str, *Choice("auto", "off")] = setting(
         "auto", "in the fused lifecycle, `auto` folds 0-9-1 content frames onto their messages and does the 0-9-1 "
-        "connections it models (publishes with and without confirms, consumers with acks, qos, cancels, closes) in one "
+        "connections it models (publishes with and without confirms, consumers with or without acks, basic.get, qos, "
+        "cancels, closes) in one "
         "compiled pass per batch of connections, the machines the rest (without numba: the machines all); `off` the "
         "machines alone, frame by frame (the reference, as the `lifecycle` job). Same rows either way "
         "(docs/performance.md)")
