@@ -5,8 +5,8 @@ connection this module does not take goes to. This module takes, from a batch of
 frames ``fold.py`` folded onto their messages' method rows, the connections whose every frame it models, and gives
 the rows the machine would: deliveries, flow_events and request_responses.
 
-What it models (anything else leaves the whole connection to the machine; ``kernels.lifecycle_pass`` gives up on a connection the
-moment it meets something else, and its rows are then the machine's):
+What it models (anything else leaves the whole connection to the machine: ``kernels.lifecycle_pass`` gives up on a
+connection the moment it meets something else, and its rows are then the machine's):
 
 - channels opened once and closed at most once, every step of the endpoint machine unflagged; nothing on a
   channel after its close or after connection.close-ok;
@@ -15,6 +15,8 @@ moment it meets something else, and its rows are then the machine's):
 - basic.deliver to a consumer started by basic.consume (+ consume-ok, or no-wait), delivery tags rising on the
   channel while outstanding; with no-ack settled on send (``auto_ack``), else by the client's basic.ack / nack /
   reject, ``multiple`` included, each naming something outstanding;
+- basic.cancel-ok: the consumer leaves its channel, its deliveries stay outstanding (a consumer started again
+  with the same tag is not modelled);
 - basic.get answered by get-ok (the oldest pending get's queue and no-ack) or get-empty;
 - basic.qos (the channel's and the consumers' prefetch) and the flow rows of qos, deliver, settle and close;
 - every message folded (no header or body frame left), message numbers rising per channel and direction;
