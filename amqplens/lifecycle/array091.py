@@ -10,8 +10,9 @@ connection the moment it meets something else, and its rows are then the machine
 
 - channels opened once and closed at most once, every step of the endpoint machine unflagged; nothing on a
   channel after its close or after connection.close-ok;
-- basic.publish not mandatory / immediate, with confirm.select or without; the broker's basic.ack / nack
-  settling confirm-mode publishes by number, ``multiple`` included;
+- basic.publish with confirm.select or without, mandatory / immediate ones included while no basic.return
+  comes (they are ``sent`` when their channel ends) and no more than ``max_pending_returns`` wait on a channel;
+  the broker's basic.ack / nack settling confirm-mode publishes by number, ``multiple`` included;
 - basic.deliver to a consumer started by basic.consume (+ consume-ok, or no-wait), delivery tags rising on the
   channel while outstanding; with no-ack settled on send (``auto_ack``), else by the client's basic.ack / nack /
   reject, ``multiple`` included, each naming something outstanding;
@@ -131,9 +132,10 @@ class Result:
         self.why: dict[int, tuple] = {}  # debug: connection number -> why it went to the machine
 
 
-def lifecycle(table: pa.Table, window: int, debug: bool = False) -> Result:
+def lifecycle(table: pa.Table, window: int, debug: bool = False, max_pending_returns: int = 10_000) -> Result:
     """``table``: whole connections' frames (the fused lifecycle's columns and ``FOLD_COLUMNS``), sorted by
-    (connection_id, ts, stream_offset, direction); ``window``: the runner's reorder window."""
+    (connection_id, ts, stream_offset, direction); ``window``: the runner's reorder window; ``max_pending_returns``:
+    the machine's bound on mandatory publishes a return may name (``LifecycleOptions``)."""
     n = table.num_rows
     result = Result(n)
     kern = kernels()
@@ -191,7 +193,7 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False) -> Result:
     settle_kind[confirm_row] = (kind[confirm_row] == "nack").astype(np.int64)
     folded = _valid(table, "fold_frame_ids")
     mandatory = _fill(table, "mandatory", False, bool) | _fill(table, "immediate", False, bool)
-    action[(action == A_PUBLISH) & (mandatory | ~folded)] = A_BAD
+    action[(action == A_PUBLISH) & ~folded] = A_BAD
     action[np.isin(action, [A_DELIVER, A_GET_OK]) & (~folded | ~_valid(table, "delivery_tag"))] = A_BAD
     consumes = np.flatnonzero(action == A_CONSUME)
     if len(consumes):
@@ -256,11 +258,13 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False) -> Result:
         sub_bounds, sub_order, action, ep_event, dchan, cons, _fill(table, "delivery_tag", 0, np.int64),
         _fill(table, "multiple", False, bool), settle_kind, _fill(table, "message_seq", -1, np.int64), dirchan, ts,
         _fill(table, "prefetch_count", 0, np.int64), _fill(table, "global_qos", False, bool), _fill(table, "no_ack", False, bool),
+        mandatory, max_pending_returns,
         int(dchan.max()) + 1 if (dchan >= 0).any() else 1, max(n_cons, 1), int(dirchan.max()) + 1,
         _P[1], _P[2], _P[3], len(machines.PUBLISH.states), _D[1], _D[2], _D[3], len(machines.DELIVER.states),
         _E[1], _E[2], _E[3],
         np.array([_P_EVENTS.index(e) for e in ("publish_confirm", "publish_plain", "broker_ack", "broker_nack",
-                                              "channel_close", "connection_close", "capture_end")], np.int64),
+                                              "channel_close", "connection_close", "capture_end", "publish_mandatory")],
+                 np.int64),
         np.array([_D_EVENTS.index(e) for e in ("deliver_manual", "channel_close", "connection_close", "capture_end",
                                               "deliver_auto_ack")], np.int64),
         np.array([_EP_EVENTS.index("open"), _EP_EVENTS.index("close_reply"), machines.ENDPOINT.states.index("closed"),

@@ -188,7 +188,8 @@ class ConnectionLifecycle:
                 frames = fold(frames, self.out.options.reorder_window, order)
                 columns = columns + [c for c in FOLD_COLUMNS if c in frames.column_names]
                 if self.arrays:
-                    done = array091.lifecycle(frames, self.out.options.reorder_window)
+                    done = array091.lifecycle(frames, self.out.options.reorder_window,
+                                              max_pending_returns=self.out.options.max_pending_returns)
                     yield from self.out.arrays(done)
                     if done.taken.any():
                         frames = frames.filter(pa.array(~done.taken))

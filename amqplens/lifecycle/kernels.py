@@ -122,7 +122,7 @@ def _emit(events, k, row, entity, consumer, event, prefetch, in_flight, chan):
 
 @njit(cache=True, nogil=True)
 def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, requeue_or_kind, seq, dirchan, ts,
-          prefetch_arg, global_qos, no_ack, n_chan, n_cons, n_dirchan,
+          prefetch_arg, global_qos, no_ack, mandatory, max_pending_returns, n_chan, n_cons, n_dirchan,
           p_tab, p_eff, p_flag, p_n, d_tab, d_eff, d_flag, d_n, e_tab, e_eff, e_flag,
           ev_p, ev_d, ev_e, eff_settle, eff_fire, eff_revert, eff_open, eff_close,
           bad, state, by, by_ts, dtag, rec_cons, c_queue, closed_here, auto, rec_queue):
@@ -130,6 +130,7 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
     indexes of the machine events used, ``ev_e``: endpoint events (open, open_reply, close_reply, closed state,
     unseen state). Returns the flow rows (row, entity, consumer, event, prefetch, in_flight, at_limit, channel)."""
     P_CONFIRM, P_PLAIN, P_ACK, P_NACK, P_CH_CLOSE, P_CONN_CLOSE, P_END = ev_p[0], ev_p[1], ev_p[2], ev_p[3], ev_p[4], ev_p[5], ev_p[6]
+    P_MANDATORY = ev_p[7]
     D_MANUAL, D_CH_CLOSE, D_CONN_CLOSE, D_END, D_AUTO = ev_d[0], ev_d[1], ev_d[2], ev_d[3], ev_d[4]
     E_OPEN, E_CLOSE_REPLY, S_CLOSED, S_UNSEEN = ev_e[0], ev_e[1], ev_e[2], ev_e[3]
     n = len(action)
@@ -148,6 +149,10 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
     c_tail = np.full(n_chan, -1, np.int64)
     q_head = np.full(n_chan, -1, np.int64)
     q_tail = np.full(n_chan, -1, np.int64)
+    r_head = np.full(n_chan, -1, np.int64)  # mandatory publishes a return may name, oldest first (rnxt)
+    r_tail = np.full(n_chan, -1, np.int64)
+    r_len = np.zeros(n_chan, np.int64)
+    rnxt = np.full(n, -1, np.int64)
     g_head = np.full(n_chan, -1, np.int64)  # pending basic.get, oldest first
     g_tail = np.full(n_chan, -1, np.int64)
     nxt = np.full(n, -1, np.int64)
@@ -206,7 +211,22 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                         c_tail[ch] = i
                         pe = P_CONFIRM
                     else:
-                        pe = P_PLAIN
+                        pe = P_MANDATORY if mandatory[i] else P_PLAIN
+                    if mandatory[i]:  # a basic.return may still name it (amqp091._returnable): oldest first, bounded
+                        while r_head[ch] >= 0 and state[r_head[ch]] >= p_n:
+                            r_head[ch] = rnxt[r_head[ch]]
+                            r_len[ch] -= 1
+                        if r_head[ch] < 0:
+                            r_tail[ch] = -1
+                        if r_tail[ch] >= 0:
+                            rnxt[r_tail[ch]] = i
+                        else:
+                            r_head[ch] = i
+                        r_tail[ch] = i
+                        r_len[ch] += 1
+                        if r_len[ch] > max_pending_returns:  # the machine expires the oldest with a flag
+                            failed = True
+                            break
                     if _step(i, pe, p_tab, p_eff, p_flag, p_n, state, by, by_ts, i, ts[i], eff_settle, eff_fire, eff_revert, ts) < 0:
                         failed = True
                         break
@@ -400,7 +420,14 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                              eff_settle, eff_fire, eff_revert, ts) < 0:
                         failed = True
                     r = nxt[r]
-                u_head[cc] = u_tail[cc] = c_head[cc] = c_tail[cc] = -1
+                r = r_head[cc]
+                while r >= 0:  # mandatory publishes no return named: sent (an ended one is not stepped again)
+                    if _step(r, pe_c, p_tab, p_eff, p_flag, p_n, state, by, by_ts, close_row, ts[close_row] if close_row >= 0 else 0,
+                             eff_settle, eff_fire, eff_revert, ts) < 0:
+                        failed = True
+                    r = rnxt[r]
+                u_head[cc] = u_tail[cc] = c_head[cc] = c_tail[cc] = r_head[cc] = r_tail[cc] = -1
+                r_len[cc] = 0
                 if had and close_row >= 0:
                     events, k = _emit(events, k, close_row, 0, -1, 3, prefetch[cc], in_flight[cc], cc)
                     for kk in np.unique(touched[:n_touched]):

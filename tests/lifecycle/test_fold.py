@@ -25,6 +25,7 @@ from amqplens.lifecycle import array091
 from amqplens.lifecycle.batches import FRAME_COLUMNS
 from amqplens.lifecycle.fold import fold
 from amqplens.lifecycle.fused import _SORT, ConnectionLifecycle
+from amqplens.lifecycle.runner import LifecycleOptions
 from tests.lifecycle.captures import DATA, frames_of
 
 CAPTURES = sorted(p for p in DATA.rglob("*.pcap*") if "tls" not in p.parts)
@@ -191,13 +192,48 @@ def test_the_array_path_takes_the_plain_connections_of_the_fixtures():
     assert sum(t for t, _ in taken.values()) >= 50, taken
     assert taken["basic_get"] == (1, 1) and taken["heartbeat"] == (1, 1)  # basic.get, get-ok, get-empty
     assert ("tx", "select") in why["tx"] and ("channel", "flow-ok") in why["channel_flow"]
-    assert ("basic", "publish") in why["mandatory_return"]  # a mandatory publish: returns are the machines'.
+    assert ("basic", "return") in why["mandatory_return"]  # returns are the machines'
+
+
+@pytest.mark.parametrize("max_pending", [10_000, 1])
+def test_mandatory_publishes_no_return_names_are_sent_at_their_channels_end(max_pending):
+    """mandatory_return.pcap without its basic.return frames (and their content): the mandatory publishes wait for a
+    return that never comes and are ``sent`` when their channel ends; the array path takes the connection, and with
+    a bound of 1 pending publish it leaves it to the machine, which expires the older with a flag. Both ways every
+    row is the machine's."""
+    rows = frames_of(DATA / "broker" / "mandatory_return.pcap")
+    returns = {(r["direction"], r["channel"], r["message_seq"]) for r in rows if r.get("method_name") == "return"}
+    rows = [r for r in rows if (r["direction"], r["channel"], r.get("message_seq")) not in returns]
+    table = _table(rows)
+    options = LifecycleOptions(max_pending_returns=max_pending)
+
+    def run(fold_content):
+        fused = ConnectionLifecycle(**lifecycle.structs(), options=options, fold_content=fold_content)
+        out = [b for chunk in table.to_batches(max_chunksize=500) for b in fused.frames("cap", chunk)]
+        out += list(fused.finish())
+        got: dict[str, list] = {}
+        for b in out:
+            if b.num_rows:
+                kind = b.column("kind")[0].as_py()
+                got.setdefault(kind, []).extend(b.column(kind).to_pylist())
+        return {k: sorted(v, key=repr) for k, v in got.items()}
+
+    reference = run(False)
+    assert run(True) == reference
+    mandatory = [d for d in reference["delivery"] if d["method"] == "publish" and d["outcome"] == "sent"
+                 and d["settled_by_frame_id"] == d["frame_ids"][0]]
+    assert mandatory
+    folded = fold(table.take(pc.sort_indices(table, options=_SORT)), 64)
+    taken = array091.lifecycle(folded, 64, max_pending_returns=max_pending).taken
+    assert taken.all() if max_pending > 1 else not taken.any()
+    flagged = [d for d in reference["delivery"] if "return_window_exceeded" in (d["flags"] or [])]
+    assert bool(flagged) == (max_pending == 1)
 
 
 def test_the_array_path_raising_leaves_the_capture_to_the_lifecycle_job(monkeypatch):
     """A bug in the array path (it should never raise) fails the capture as the machines raising does: named in
     ``failed`` (the ingest then commits none of its lifecycle rows and the lifecycle job derives them)."""
-    def broken(table, window, debug=False):
+    def broken(*args, **kwargs):
         raise RuntimeError("array bug")
 
     monkeypatch.setattr(array091, "lifecycle", broken)
