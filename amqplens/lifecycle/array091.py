@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 from amqplens.decode.detect import FAMILY_0_9_1
 from amqplens.lifecycle import machines
 from amqplens.lifecycle.amqp091 import ENDPOINT_EVENT
-from amqplens.lifecycle.fold import _frame_ids, kernels
+from amqplens.lifecycle.fold import _frame_ids, column_in, column_valid, column_values, kernels, stream_order
 from amqplens.lifecycle.records import DELIVERY_KEYS, FLOW_EVENT_KEYS, FROM_BROKER, TO_BROKER, Output, frame_arg, properties_0_9_1
 from amqplens.lifecycle.requests import RequestMatcher, sync_tables
 from amqplens.lifecycle.runner import REFERS_BACK
@@ -87,18 +87,6 @@ _P = _tables(machines.PUBLISH)
 _D = _tables(machines.DELIVER)
 _E = _tables(machines.ENDPOINT)
 EFF = {name: i for i, name in enumerate(_EFFECTS)}
-
-
-def _fill(table: pa.Table, name: str, fill, dtype) -> np.ndarray:
-    if name not in table.column_names or pa.types.is_null(table.column(name).type):
-        return np.full(table.num_rows, fill, dtype)
-    return pc.fill_null(table.column(name), fill).to_numpy().astype(dtype)
-
-
-def _valid(table: pa.Table, name: str) -> np.ndarray:
-    if name not in table.column_names:
-        return np.zeros(table.num_rows, bool)
-    return pc.is_valid(table.column(name)).to_numpy(zero_copy_only=False)
 
 
 def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list]:
@@ -152,20 +140,16 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False, max_pending_ret
     ts = pc.fill_null(ts_col.cast(pa.int64()) if not pa.types.is_integer(ts_col.type) else ts_col, 0).to_numpy()
     conn, _ = _codes(table.column("connection_id"))
     dialect, dialects = _codes(table.column("dialect"))
-    direction_ok = pc.fill_null(pc.is_in(table.column("direction"), pa.array(["to_server", "to_client"])), False)
-    direction = pc.fill_null(pc.equal(table.column("direction"), "to_client"), False).to_numpy(zero_copy_only=False).astype(np.int64)
-    offset = _fill(table, "stream_offset", 0, np.int64)
-    idx = np.arange(n)
+    direction = column_in(table, "direction", ["to_client"]).astype(np.int64)
+    offset = column_values(table, "stream_offset", 0)
     starts = np.flatnonzero(np.r_[True, conn[1:] != conn[:-1]])
     bounds = np.append(starts, n).astype(np.int64)
     sizes = np.diff(bounds)
     of_conn = np.repeat(np.arange(len(starts)), sizes)
     family = np.array([d in FAMILY_0_9_1 for d in dialects] + [False])[dialect]
-    bad_row = ~(direction_ok.to_numpy(zero_copy_only=False) & _valid(table, "ts") & _valid(table, "stream_offset")
-                & family & (dialect == dialect[starts][of_conn]) & (conn >= 0))
-    stream = np.lexsort((idx, direction, conn))
-    same_group = (conn[stream][1:] == conn[stream][:-1]) & (direction[stream][1:] == direction[stream][:-1])
-    bad_row[stream[1:][same_group & (offset[stream][1:] <= offset[stream][:-1])]] = True
+    bad_row = ~(column_in(table, "direction", ["to_server", "to_client"]) & column_valid(table, "ts")
+                & column_valid(table, "stream_offset") & family & (dialect == dialect[starts][of_conn]) & (conn >= 0))
+    bad_row |= stream_order(conn, direction, offset)[2]
 
     # what each row does
     method = pc.fill_null(table.column("method_name"), "")
@@ -174,14 +158,14 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False, max_pending_ret
     pairs = [tuple(x.split("\x00", 1)) for x in names]
     is_method = pc.fill_null(pc.equal(table.column("frame_type"), "method"), False).to_numpy(zero_copy_only=False)
     content = pc.fill_null(pc.is_in(table.column("frame_type"), pa.array(["header", "body"])), False).to_numpy(zero_copy_only=False)
-    channel = _fill(table, "channel", 0, np.int64)
+    channel = column_values(table, "channel", 0)
     left = set(_LEFT_TO_MACHINES)
     act_of = np.array([A_BAD if p in left else _ACTIONS.get(p, A_NONE) for p in pairs] + [A_NONE], np.int64)
     ep_of = np.array([_EP_EVENTS.index(ENDPOINT_EVENT.get(p, "use")) for p in pairs] + [-1], np.int64)
     action = np.where(is_method, act_of[name_code], np.where(content, A_BAD, A_NONE))
     ep_event = np.where(is_method & (channel != 0), ep_of[name_code], -1)
     kind = np.array([p[1] if p[0] == "basic" and p[1] in ("ack", "nack", "reject") else "" for p in pairs] + [""])[name_code]
-    requeue = _fill(table, "requeue", False, bool)
+    requeue = column_values(table, "requeue", False, bool)
     to_server = direction == 0
     settle_kind = np.zeros(n, np.int64)
     for (k, rq), ev in _SETTLE_EVENTS.items():
@@ -191,10 +175,10 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False, max_pending_ret
     action[client_settle] = A_SETTLE
     action[confirm_row] = A_CONFIRM
     settle_kind[confirm_row] = (kind[confirm_row] == "nack").astype(np.int64)
-    folded = _valid(table, "fold_frame_ids")
-    mandatory = _fill(table, "mandatory", False, bool) | _fill(table, "immediate", False, bool)
+    folded = column_valid(table, "fold_frame_ids")
+    mandatory = column_values(table, "mandatory", False, bool) | column_values(table, "immediate", False, bool)
     action[(action == A_PUBLISH) & ~folded] = A_BAD
-    action[np.isin(action, [A_DELIVER, A_GET_OK]) & (~folded | ~_valid(table, "delivery_tag"))] = A_BAD
+    action[np.isin(action, [A_DELIVER, A_GET_OK]) & (~folded | ~column_valid(table, "delivery_tag"))] = A_BAD
     consumes = np.flatnonzero(action == A_CONSUME)
     if len(consumes):
         args = table.column("arguments_json").take(pa.array(consumes)).to_pylist() if "arguments_json" in table.column_names else [None] * len(consumes)
@@ -242,8 +226,6 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False, max_pending_ret
     by = np.full(n, -1, np.int64)
     by_ts = np.zeros(n, np.int64)
     dtag = np.zeros(n, np.int64)
-    rec_cons = np.full(n, -1, np.int64)
-    c_queue = np.full(max(n_cons, 1), -1, np.int64)
     closed_here = np.zeros(n, bool)
     auto = np.zeros(n, bool)  # deliveries to a no-ack consumer, get-oks of a no-ack get
     rec_queue = np.full(n, -1, np.int64)  # per delivery: the consume or get whose queue it came from
@@ -255,9 +237,9 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False, max_pending_ret
     sub_order = np.concatenate([order[bounds[c]:bounds[c + 1]] for c in run])
     sub_bad = np.zeros(len(run), np.bool_)
     events = kern.lifecycle_pass(
-        sub_bounds, sub_order, action, ep_event, dchan, cons, _fill(table, "delivery_tag", 0, np.int64),
-        _fill(table, "multiple", False, bool), settle_kind, _fill(table, "message_seq", -1, np.int64), dirchan, ts,
-        _fill(table, "prefetch_count", 0, np.int64), _fill(table, "global_qos", False, bool), _fill(table, "no_ack", False, bool),
+        sub_bounds, sub_order, action, ep_event, dchan, cons, column_values(table, "delivery_tag", 0),
+        column_values(table, "multiple", False, bool), settle_kind, column_values(table, "message_seq", -1), dirchan, ts,
+        column_values(table, "prefetch_count", 0), column_values(table, "global_qos", False, bool), column_values(table, "no_ack", False, bool),
         mandatory, max_pending_returns,
         int(dchan.max()) + 1 if (dchan >= 0).any() else 1, max(n_cons, 1), int(dirchan.max()) + 1,
         _P[1], _P[2], _P[3], len(machines.PUBLISH.states), _D[1], _D[2], _D[3], len(machines.DELIVER.states),
@@ -270,7 +252,7 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False, max_pending_ret
         np.array([_EP_EVENTS.index("open"), _EP_EVENTS.index("close_reply"), machines.ENDPOINT.states.index("closed"),
                   machines.ENDPOINT.states.index("unseen")], np.int64),
         eff_settle, EFF["fire"], EFF["revert"], EFF["open"], EFF["close"],
-        sub_bad, state, by, by_ts, dtag, rec_cons, c_queue, closed_here, auto, rec_queue)
+        sub_bad, state, by, by_ts, dtag, closed_here, auto, rec_queue)
     bad[run] = sub_bad
     if debug:
         for c in run[sub_bad]:
@@ -283,7 +265,6 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False, max_pending_ret
         return result
     result.taken = good
     fids = _frame_ids(table)
-    captures = table.column("capture_id") if "capture_id" in table.column_names else pa.nulls(n, pa.string())
     delivery_rows = np.flatnonzero(records & good)
     result.deliveries = lambda size: (  # built a slice at a time: a long connection's rows are many
         _deliveries(table, delivery_rows[at:at + size], action, state, by, by_ts, dtag, rec_queue, fids, ts, auto)
@@ -295,9 +276,9 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False, max_pending_ret
     tag_of[cons[cons >= 0]] = np.flatnonzero(cons >= 0)
     kept_events = events[keep]
     result.flow_events = lambda size: (
-        _flow_events(table, kept_events[at:at + size], chan_of, tag_of, tag_filled, fids, captures, ts)
+        _flow_events(table, kept_events[at:at + size], chan_of, tag_of, tag_filled, fids, ts)
         for at in range(0, len(kept_events), size))
-    result.request_responses = _requests(table, order, bounds, np.flatnonzero(~bad), action, closed_here, fids, captures, ts)
+    result.request_responses = _requests(table, order, bounds, np.flatnonzero(~bad), action, closed_here, fids, ts)
     return result
 
 
@@ -400,7 +381,7 @@ def _delivery_tags(table, take, publish, confirm, dtag) -> pa.Array:
     return pc.if_else(pa.array(publish), pa.array(dtag, pa.int64(), mask=~confirm), tags)
 
 
-def _flow_events(table, ev, chan_of, tag_of, tag_filled, fids, captures, ts) -> pa.Table:
+def _flow_events(table, ev, chan_of, tag_of, tag_filled, fids, ts) -> pa.Table:
     rows = pa.array(ev[:, 0])
     n = len(ev)
     consumer = ev[:, 1] == 1
@@ -429,7 +410,7 @@ _REQUEST_FIELDS = ("connection_id", "capture_id", "dialect", "direction", "chann
                    "class_id", "method_id", "arguments_json", "reply_code")
 
 
-def _requests(table, order, bounds, conns, action, closed_here, fids, captures, ts) -> list[tuple]:
+def _requests(table, order, bounds, conns, action, closed_here, fids, ts) -> list[tuple]:
     """The request matcher over the rare methods of each connection, in the runner's order (Python per rare frame)."""
     is_method = pc.fill_null(pc.equal(table.column("frame_type"), "method"), False).to_numpy(zero_copy_only=False)
     rare = is_method & ~np.isin(action, [A_PUBLISH, A_DELIVER, A_SETTLE, A_CONFIRM])

@@ -64,18 +64,37 @@ def kernels():
     return _kernels or None
 
 
-def _np(table: pa.Table, name: str, fill) -> np.ndarray:
-    column = table.column(name)
-    if pa.types.is_null(column.type):
-        return np.full(table.num_rows, fill)
-    return pc.fill_null(column, fill).to_numpy()
+def column_values(table: pa.Table, name: str, fill, dtype=np.int64) -> np.ndarray:
+    """A column as numpy, nulls (and an absent or all-null column) as ``fill``."""
+    if name not in table.column_names or pa.types.is_null(table.column(name).type):
+        return np.full(table.num_rows, fill, dtype)
+    return pc.fill_null(table.column(name), fill).to_numpy().astype(dtype)
 
 
-def _is(table: pa.Table, name: str, values) -> np.ndarray:
-    column = table.column(name)
-    if pa.types.is_null(column.type):
+def column_valid(table: pa.Table, name: str) -> np.ndarray:
+    """Which rows of a column are not null (none of an absent one)."""
+    if name not in table.column_names:
         return np.zeros(table.num_rows, bool)
+    return pc.is_valid(table.column(name)).to_numpy(zero_copy_only=False)
+
+
+def column_in(table: pa.Table, name: str, values) -> np.ndarray:
+    """Which rows of a column hold one of ``values`` (a null never does)."""
+    if name not in table.column_names or pa.types.is_null(table.column(name).type):
+        return np.zeros(table.num_rows, bool)
+    column = table.column(name)
     return pc.fill_null(pc.is_in(column, pa.array(values, column.type)), False).to_numpy(zero_copy_only=False)
+
+
+def stream_order(conn: np.ndarray, direction: np.ndarray, offset: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows in the table's order are (connection, time, offset, direction): each (connection, direction) in that
+    order (``stream``, places), whether a place continues the previous one's group (``same_group``), and the rows
+    whose offset does not rise over the previous row of their direction: where the runner would take another order."""
+    stream = np.lexsort((np.arange(len(conn)), direction, conn))
+    same_group = (conn[stream][1:] == conn[stream][:-1]) & (direction[stream][1:] == direction[stream][:-1])
+    falls = np.zeros(len(conn), bool)
+    falls[stream[1:][same_group & (offset[stream][1:] <= offset[stream][:-1])]] = True
+    return stream, same_group, falls
 
 
 def _frame_ids(table: pa.Table) -> pa.ChunkedArray:
@@ -101,36 +120,33 @@ def fold(source: pa.Table, window: int, order: pa.Array | None = None) -> pa.Tab
     n = table.num_rows
     ts_col = table.column("ts")
     ts = (ts_col.cast(pa.int64()) if not pa.types.is_integer(ts_col.type) else ts_col)
-    valid = (pc.is_valid(ts).to_numpy(zero_copy_only=False) & pc.is_valid(table.column("stream_offset")).to_numpy(
-        zero_copy_only=False) & _is(table, "direction", ["to_server", "to_client"]))
+    valid = (pc.is_valid(ts).to_numpy(zero_copy_only=False) & column_valid(table, "stream_offset")
+             & column_in(table, "direction", ["to_server", "to_client"]))
     ts_v = pc.fill_null(ts, 0).to_numpy()
     conn = pc.dictionary_encode(table.column("connection_id")).combine_chunks().indices.to_numpy().astype(np.int64)
-    direction = _is(table, "direction", ["to_client"]).astype(np.int64)
-    offset = _np(table, "stream_offset", 0).astype(np.int64)
+    direction = column_in(table, "direction", ["to_client"]).astype(np.int64)
+    offset = column_values(table, "stream_offset", 0)
     idx = np.arange(n)
 
     # connections that may fold: 0-9-1 family, every row usable by the runner, offsets rising per direction in this
-    # order, no time shared by more than `window` rows
-    bad = ~(valid & _is(table, "dialect", sorted(FAMILY_0_9_1)))
-    stream = np.lexsort((idx, direction, conn))  # each (connection, direction) in the batch's order
-    s_group = conn[stream] * 2 + direction[stream]
-    same_group = s_group[1:] == s_group[:-1]
-    bad[stream[1:][same_group & (offset[stream][1:] <= offset[stream][:-1])]] = True
+    # order (the runner's order of the rows left is checked below)
+    stream, same_group, falls = stream_order(conn, direction, offset)
+    bad = ~(valid & column_in(table, "dialect", sorted(FAMILY_0_9_1))) | falls
     conn_bad = np.zeros(int(conn.max()) + 1, bool)
     np.logical_or.at(conn_bad, conn, bad)
     ok = ~conn_bad[conn]
 
     # in stream order: messages whose header and bodies follow their method with nothing between
-    is_method = _is(table, "frame_type", ["method"])
-    is_header = _is(table, "frame_type", ["header"])
-    is_body = _is(table, "frame_type", ["body"])
-    is_heartbeat = _is(table, "frame_type", ["heartbeat"])
-    basic = _is(table, "class_name", ["basic"])
-    seq_valid = pc.is_valid(table.column("message_seq")).to_numpy(zero_copy_only=False)
-    seq = _np(table, "message_seq", 0).astype(np.int64)
-    chan = _np(table, "channel", 0).astype(np.int64)
-    has_sha = pc.is_valid(table.column("body_sha256")).to_numpy(zero_copy_only=False)
-    starts_message = (ok & is_method & basic & seq_valid & (chan != 0) & _is(table, "method_name", list(_MESSAGE_METHODS)))
+    is_method = column_in(table, "frame_type", ["method"])
+    is_header = column_in(table, "frame_type", ["header"])
+    is_body = column_in(table, "frame_type", ["body"])
+    is_heartbeat = column_in(table, "frame_type", ["heartbeat"])
+    basic = column_in(table, "class_name", ["basic"])
+    seq_valid = column_valid(table, "message_seq")
+    seq = column_values(table, "message_seq", 0)
+    chan = column_values(table, "channel", 0)
+    has_sha = column_valid(table, "body_sha256")
+    starts_message = (ok & is_method & basic & seq_valid & (chan != 0) & column_in(table, "method_name", list(_MESSAGE_METHODS)))
 
     pos = np.empty(n, np.int64)
     pos[stream] = idx  # a row's place in stream order
@@ -181,7 +197,7 @@ def fold(source: pa.Table, window: int, order: pa.Array | None = None) -> pa.Tab
         return source.take(order)
     # the runner's order of the rows kept must not change (it can, where more rows share a time than its window)
     method = table.column("method_name")
-    rank = (_is(table, "method_name", sorted(REFERS_BACK)) | (
+    rank = (column_in(table, "method_name", sorted(REFERS_BACK)) | (
         pc.fill_null(pc.ends_with(method, "-ok"), False).to_numpy(zero_copy_only=False)
         if not pa.types.is_null(method.type) else np.zeros(n, bool))).astype(np.int64)
     same = np.ones(len(conn_starts), np.bool_)

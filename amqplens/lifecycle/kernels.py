@@ -109,6 +109,27 @@ def _step(r, ev, nxt, effect, flagged, n_states, state, by, by_ts, row, ts, eff_
 
 
 @njit(cache=True, nogil=True)
+def _push(head, tail, nxt, ch, i) -> None:
+    """Row ``i`` to the end of channel ``ch``'s list (``head``/``tail`` per channel, ``nxt`` per row)."""
+    if tail[ch] >= 0:
+        nxt[tail[ch]] = i
+    else:
+        head[ch] = i
+    tail[ch] = i
+
+
+@njit(cache=True, nogil=True)
+def _pop(head, tail, nxt, ch) -> int:
+    """The first row of channel ``ch``'s list, taken off it (-1: empty)."""
+    i = head[ch]
+    if i >= 0:
+        head[ch] = nxt[i]
+        if head[ch] < 0:
+            tail[ch] = -1
+    return i
+
+
+@njit(cache=True, nogil=True)
 def _emit(events, k, row, entity, consumer, event, prefetch, in_flight, chan):
     if k >= events.shape[0]:
         bigger = np.empty((events.shape[0] * 2, events.shape[1]), np.int64)
@@ -125,7 +146,7 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
           prefetch_arg, global_qos, no_ack, mandatory, max_pending_returns, n_chan, n_cons, n_dirchan,
           p_tab, p_eff, p_flag, p_n, d_tab, d_eff, d_flag, d_n, e_tab, e_eff, e_flag,
           ev_p, ev_d, ev_e, eff_settle, eff_fire, eff_revert, eff_open, eff_close,
-          bad, state, by, by_ts, dtag, rec_cons, c_queue, closed_here, auto, rec_queue):
+          bad, state, by, by_ts, dtag, closed_here, auto, rec_queue):
     """Every connection ``bounds[c]``..``bounds[c+1]`` of ``order`` (its rows in the runner's order). ``ev_p``/``ev_d``:
     indexes of the machine events used, ``ev_e``: endpoint events (open, open_reply, close_reply, closed state,
     unseen state). Returns the flow rows (row, entity, consumer, event, prefetch, in_flight, at_limit, channel)."""
@@ -157,8 +178,10 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
     g_tail = np.full(n_chan, -1, np.int64)
     nxt = np.full(n, -1, np.int64)
     registered = np.zeros(n_cons, np.bool_)
-    cancelled = np.zeros(n_cons, np.bool_)
-    c_noack = np.zeros(n_cons, np.bool_)  # a consumer started again after its cancel: another record, not modelled
+    cancelled = np.zeros(n_cons, np.bool_)  # a consumer started again after its cancel: another record, not modelled
+    c_noack = np.zeros(n_cons, np.bool_)
+    c_queue = np.full(n_cons, -1, np.int64)  # the consume whose queue the consumer has (-1: none)
+    rec_cons = np.full(n, -1, np.int64)  # per delivery: its consumer (-1: a get-ok)
     c_prefetch = np.zeros(n_cons, np.int64)
     c_in_flight = np.zeros(n_cons, np.int64)
     last_seq = np.full(n_dirchan, -1, np.int64)
@@ -204,11 +227,7 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                     if confirm[ch]:
                         dtag[i] = next_seq[ch]
                         next_seq[ch] += 1
-                        if c_tail[ch] >= 0:
-                            nxt[c_tail[ch]] = i
-                        else:
-                            c_head[ch] = i
-                        c_tail[ch] = i
+                        _push(c_head, c_tail, nxt, ch, i)
                         pe = P_CONFIRM
                     else:
                         pe = P_MANDATORY if mandatory[i] else P_PLAIN
@@ -218,11 +237,7 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                             r_len[ch] -= 1
                         if r_head[ch] < 0:
                             r_tail[ch] = -1
-                        if r_tail[ch] >= 0:
-                            rnxt[r_tail[ch]] = i
-                        else:
-                            r_head[ch] = i
-                        r_tail[ch] = i
+                        _push(r_head, r_tail, rnxt, ch, i)
                         r_len[ch] += 1
                         if r_len[ch] > max_pending_returns:  # the machine expires the oldest with a flag
                             failed = True
@@ -240,13 +255,10 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                         rec_queue[i] = c_queue[kk]
                     else:  # basic.get-ok answers the channel's oldest pending basic.get: its queue and no-ack
                         kk = -1
-                        src = g_head[ch]
+                        src = _pop(g_head, g_tail, nxt, ch)
                         if src < 0:
                             failed = True
                             break
-                        g_head[ch] = nxt[src]
-                        if g_head[ch] < 0:
-                            g_tail[ch] = -1
                         noack = no_ack[src]
                         rec_queue[i] = src
                     if u_tail[ch] >= 0 and tag[i] <= tag[u_tail[ch]]:
@@ -262,11 +274,7 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                     if _step(i, D_MANUAL, d_tab, d_eff, d_flag, d_n, state, by, by_ts, i, ts[i], eff_settle, eff_fire, eff_revert, ts) != 0:
                         failed = True
                         break
-                    if u_tail[ch] >= 0:
-                        nxt[u_tail[ch]] = i
-                    else:
-                        u_head[ch] = i
-                    u_tail[ch] = i
+                    _push(u_head, u_tail, nxt, ch, i)
                     in_flight[ch] += 1
                     events, k = _emit(events, k, i, 0, -1, 1, prefetch[ch], in_flight[ch], ch)
                     if kk >= 0:
@@ -335,32 +343,14 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                         cprefetch[ch] = prefetch_arg[i]
                     events, k = _emit(events, k, i, 0, -1, 0, prefetch[ch], in_flight[ch], ch)
                 elif a == A_GET:
-                    if g_tail[ch] >= 0:
-                        nxt[g_tail[ch]] = i
-                    else:
-                        g_head[ch] = i
-                    g_tail[ch] = i
+                    _push(g_head, g_tail, nxt, ch, i)
                 elif a == A_GET_EMPTY:
-                    src = g_head[ch]
-                    if src >= 0:
-                        g_head[ch] = nxt[src]
-                        if g_head[ch] < 0:
-                            g_tail[ch] = -1
+                    _pop(g_head, g_tail, nxt, ch)
                 elif a == A_CONSUME:
-                    if q_tail[ch] >= 0:
-                        nxt[q_tail[ch]] = i
-                    else:
-                        q_head[ch] = i
-                    q_tail[ch] = i
+                    _push(q_head, q_tail, nxt, ch, i)
                 elif a == A_CONSUME_NOWAIT or a == A_CONSUME_OK:
                     kk = cons[i]
-                    src = i
-                    if a == A_CONSUME_OK:
-                        src = q_head[ch]
-                        if src >= 0:
-                            q_head[ch] = nxt[src]
-                            if q_head[ch] < 0:
-                                q_tail[ch] = -1
+                    src = i if a == A_CONSUME_NOWAIT else _pop(q_head, q_tail, nxt, ch)
                     if kk < 0 or (a == A_CONSUME_NOWAIT and registered[kk]) or cancelled[kk]:
                         failed = True
                         break
@@ -368,7 +358,7 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                         c_noack[kk] = src >= 0 and no_ack[src]
                         registered[kk] = True
                         c_prefetch[kk] = cprefetch[ch]
-                        c_queue[kk] = src  # the consume whose queue the consumer has (-1: none)
+                        c_queue[kk] = src
                 elif a == A_CANCEL_OK:  # the consumer leaves the channel; its deliveries stay outstanding
                     kk = cons[i]
                     if kk >= 0 and registered[kk]:
@@ -380,9 +370,11 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                         next_seq[ch] = 1
                 elif a == A_CONN_CLOSE:
                     closing = i
-            # channel and connection ends: at a channel's close-ok, connection.close-ok, the end
+            # channel and connection ends: at a channel's close-ok (that channel), connection.close-ok and the end
+            # (every channel the connection opened, in the order it did)
             close_row = -1
             n_close = 0
+            one = False
             if last:
                 if j > bounds[c + 1]:
                     break
@@ -394,10 +386,11 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                 conn_closed = True
                 closing = -1
             elif ev == E_CLOSE_REPLY and ep_state[ch] == S_CLOSED:
-                close_row, pe_c, de_c, n_close = i, P_CH_CLOSE, D_CH_CLOSE, -1
+                close_row, pe_c, de_c, n_close, one = i, P_CH_CLOSE, D_CH_CLOSE, 1, True
                 closed_here[i] = True
-            for x in range(max(n_close, 1) if n_close != 0 else 0):
-                cc = ch if n_close < 0 else chans[x]
+            close_ts = ts[close_row] if close_row >= 0 else 0
+            for x in range(n_close):
+                cc = ch if one else chans[x]
                 had = in_flight[cc]
                 n_touched = 0
                 r = u_head[cc]
@@ -405,7 +398,7 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                     if rec_cons[r] >= 0:
                         touched[n_touched] = rec_cons[r]
                         n_touched += 1
-                    got = _step(r, de_c, d_tab, d_eff, d_flag, d_n, state, by, by_ts, close_row, ts[close_row] if close_row >= 0 else 0,
+                    got = _step(r, de_c, d_tab, d_eff, d_flag, d_n, state, by, by_ts, close_row, close_ts,
                                 eff_settle, eff_fire, eff_revert, ts)
                     if got < 0:
                         failed = True
@@ -414,25 +407,21 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                         if rec_cons[r] >= 0:
                             c_in_flight[rec_cons[r]] -= 1
                     r = nxt[r]
-                r = c_head[cc]
-                while r >= 0:
-                    if _step(r, pe_c, p_tab, p_eff, p_flag, p_n, state, by, by_ts, close_row, ts[close_row] if close_row >= 0 else 0,
-                             eff_settle, eff_fire, eff_revert, ts) < 0:
-                        failed = True
-                    r = nxt[r]
-                r = r_head[cc]
-                while r >= 0:  # mandatory publishes no return named: sent (an ended one is not stepped again)
-                    if _step(r, pe_c, p_tab, p_eff, p_flag, p_n, state, by, by_ts, close_row, ts[close_row] if close_row >= 0 else 0,
-                             eff_settle, eff_fire, eff_revert, ts) < 0:
-                        failed = True
-                    r = rnxt[r]
+                # the unconfirmed publishes, then the mandatory ones no return named (an ended one is not stepped)
+                for head, link in ((c_head, nxt), (r_head, rnxt)):
+                    r = head[cc]
+                    while r >= 0:
+                        if _step(r, pe_c, p_tab, p_eff, p_flag, p_n, state, by, by_ts, close_row, close_ts,
+                                 eff_settle, eff_fire, eff_revert, ts) < 0:
+                            failed = True
+                        r = link[r]
                 u_head[cc] = u_tail[cc] = c_head[cc] = c_tail[cc] = r_head[cc] = r_tail[cc] = -1
                 r_len[cc] = 0
                 if had and close_row >= 0:
                     events, k = _emit(events, k, close_row, 0, -1, 3, prefetch[cc], in_flight[cc], cc)
                     for kk in np.unique(touched[:n_touched]):
                         events, k = _emit(events, k, close_row, 1, kk, 3, c_prefetch[kk], c_in_flight[kk], cc)
-                if n_close < 0:  # a fresh channel, closed: nothing may follow on it
+                if one:  # a fresh channel, closed: nothing may follow on it
                     gone[cc] = True
             if failed:
                 break

@@ -42,8 +42,10 @@ def _table(rows: list[dict]) -> pa.Table:
                      for c, v in data.items()})
 
 
-def _rows(table: pa.Table, fold_content: bool, batch_rows: int = 8192, arrays: bool = True) -> dict[str, list]:
-    fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=batch_rows, fold_content=fold_content, arrays=arrays)
+def _rows(table: pa.Table, fold_content: bool, batch_rows: int = 8192, arrays: bool = True,
+          options: LifecycleOptions = LifecycleOptions()) -> dict[str, list]:
+    fused = ConnectionLifecycle(**lifecycle.structs(), options=options, batch_rows=batch_rows, fold_content=fold_content,
+                                arrays=arrays)
     out = [b for chunk in table.to_batches(max_chunksize=500) for b in fused.frames("cap", chunk)]
     out += list(fused.finish())
     assert not fused.failed
@@ -206,20 +208,8 @@ def test_mandatory_publishes_no_return_names_are_sent_at_their_channels_end(max_
     rows = [r for r in rows if (r["direction"], r["channel"], r.get("message_seq")) not in returns]
     table = _table(rows)
     options = LifecycleOptions(max_pending_returns=max_pending)
-
-    def run(fold_content):
-        fused = ConnectionLifecycle(**lifecycle.structs(), options=options, fold_content=fold_content)
-        out = [b for chunk in table.to_batches(max_chunksize=500) for b in fused.frames("cap", chunk)]
-        out += list(fused.finish())
-        got: dict[str, list] = {}
-        for b in out:
-            if b.num_rows:
-                kind = b.column("kind")[0].as_py()
-                got.setdefault(kind, []).extend(b.column(kind).to_pylist())
-        return {k: sorted(v, key=repr) for k, v in got.items()}
-
-    reference = run(False)
-    assert run(True) == reference
+    reference = _rows(table, False, options=options)
+    assert _rows(table, True, options=options) == reference
     mandatory = [d for d in reference["delivery"] if d["method"] == "publish" and d["outcome"] == "sent"
                  and d["settled_by_frame_id"] == d["frame_ids"][0]]
     assert mandatory
