@@ -29,7 +29,11 @@ if _main is not None and getattr(_main, "__spec__", None) is None and not hasatt
 def conf():
     from amqplens.config import load_config
 
-    return load_config(sets=["spark.master=local[2]", "spark.shuffle_partitions=2", "spark.ui_enabled=false", "spark.progress_bar=off"])
+    # spark.codegen=off: the tests' session runs thousands of queries over a few rows each, where compiling a query
+    # costs more than running it (make test 8:56 -> 8:20 on 2026-11-29). The metrics lake's stage runs compiled
+    # (tests/metrics/conftest.py), as do runs of their own config (the CLI's, the slow tier's, the benchmark's)
+    return load_config(sets=["spark.master=local[2]", "spark.shuffle_partitions=2", "spark.ui_enabled=false", "spark.progress_bar=off",
+                             "spark.codegen=off"])
 
 
 @pytest.fixture(scope="session")

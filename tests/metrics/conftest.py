@@ -29,7 +29,8 @@ def shifted_copy(src, dst, delta_us: int):
 @pytest.fixture(scope="session")
 def metrics_lake(spark, conf, tmp_path_factory):
     lake = tmp_path_factory.mktemp("metrics_lake")
-    c = conf.with_overrides(lake__root=str(lake))
+    # its metrics compiled (the session's other queries run interpreted: tests/conftest.py)
+    c = conf.with_overrides(lake__root=str(lake), spark__codegen="on")
     # nack_reject again, 1 us later, in the same run: its publishes must not stand in for the original's
     # (the same message ids, each 1 us after the original's publish and before its delivery)
     twin = shifted_copy(DATA / "broker" / "nack_reject.pcap", lake.parent / "nack_reject_1us_later.pcap", 1)

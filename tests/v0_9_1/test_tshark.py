@@ -32,8 +32,7 @@ pytestmark = [pytest.mark.tshark, pytest.mark.skipif(not oracle.available(), rea
 def test_same_frames_as_tshark(pcap):
     expected = oracle.frames(str(pcap))
     compared = 0
-    for stream in oracle.stream_ids(str(pcap)):
-        s = oracle.follow(str(pcap), stream)
+    for stream, s in sorted(oracle.follow(str(pcap), oracle.stream_ids(str(pcap))).items()):
         if not s["to_server"] and not s["to_client"]:
             continue
         frames, errors, facts = decode_streams(s["to_server"], s["to_client"], connection_id=f"{pcap.name}:{stream}")

@@ -29,15 +29,28 @@ def stream_ids(pcap: str) -> list[int]:
     return sorted({int(x) for x in out.split()})
 
 
-def follow(pcap: str, stream: int) -> dict:
-    """``{"to_server": bytes, "to_client": bytes, "client_port": int}`` for one TCP stream."""
-    out = _run(["-r", pcap, *PREFS, "-q", "-z", f"follow,tcp,raw,{stream}"])
+def follow(pcap: str, streams: list[int]) -> dict[int, dict]:
+    """``{stream: {"to_server": bytes, "to_client": bytes, "client_port": int}}`` for each of ``streams``: tshark's
+    ``follow,tcp,raw`` of every stream in one run of tshark (one ``-z`` each; tshark prints a section per stream, in
+    an order of its own, each naming its stream in its ``Filter:`` line)."""
+    if not streams:
+        return {}
+    out = _run(["-r", pcap, *PREFS, "-q", *[a for n in streams for a in ("-z", f"follow,tcp,raw,{n}")]])
+    found = {}
+    for section in re.split(r"^={67}$\n?", out, flags=re.M):
+        m = re.search(r"^Filter: tcp\.stream eq (\d+)$", section, re.M)
+        if m:
+            found[int(m.group(1))] = _section(section)
+    assert sorted(found) == sorted(streams), (sorted(found), sorted(streams))
+    return found
+
+
+def _section(text: str) -> dict:
     ports = {}
-    for node, _addr, port in re.findall(r"^Node (\d): (.+):(\d+)$", out, re.M):
+    for node, _addr, port in re.findall(r"^Node (\d): (.+):(\d+)$", text, re.M):
         ports[int(node)] = int(port)
     data = {0: bytearray(), 1: bytearray()}
-    body = out.split("=" * 67)[1] if "=" * 67 in out else out
-    for line in body.splitlines():
+    for line in text.splitlines():
         if not line.strip() or line.startswith(("Follow:", "Filter:", "Node ")):
             continue
         node = 1 if line.startswith("\t") else 0

@@ -17,6 +17,7 @@ from amqplens.decode import __version__
 from amqplens.config import Config
 from amqplens.jobs.labels import label_maps, with_labels
 from amqplens.lake.store import TableStore
+from amqplens.session import codegen_settings, sql_settings
 from amqplens.jobs.metrics.faults import errors, peer_anomalies
 from amqplens.jobs.metrics.flow import flow
 from amqplens.jobs.metrics.inputs import DELIVERY_COLUMNS, control_frames, deliveries_with_queue
@@ -39,8 +40,6 @@ def _labelled(build, labels):
 
 def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> list[str]:
     """Build the metric tables for the given captures (default: every capture in the lake). Returns those done now."""
-    from pyspark.sql import functions as F
-
     run_id = run_id or uuid.uuid4().hex[:12]
     store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
     found = store.read_arrow("captures", ["capture_id", "decoder_version", "path"], capture_ids).to_pylist()  # no Spark job
@@ -48,6 +47,23 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     pending = {cid: a for cid, a in units.items() if not store.committed("metrics_errors", a)}
     if not pending:
         return []
+    rows = store.rows("frames", pending) + store.rows("deliveries", pending)
+    # Spark 4 measures each Arrow batch's bytes after every row it adds when a byte limit is set (the default 64 MB):
+    # for the narrow rows metrics hands to Python (end-to-end events, latency route rows) that check cost as much as
+    # the rest of the transfer (2.7M route rows at 300 MB: 18 s against 10 s without it). Batches stay bounded by
+    # rows (maxRecordsPerBatch); the limit comes back when the stage ends. Only here: ingest's packet rows carry
+    # payloads, where the byte limit is what bounds a batch. A small stage's queries run interpreted (spark.codegen).
+    stage = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1), **codegen_settings(conf, rows)}
+    with sql_settings(spark, stage):
+        done = _write(spark, conf, store, found, pending, rows, run_id)
+    # its last table marks the captures done: not committed here, another run at the same time committed them first
+    return list(pending) if done["metrics_errors"] else []
+
+
+def _write(spark, conf: Config, store: TableStore, found: list[dict], pending: dict[str, str], rows: int, run_id: str) -> dict:
+    """The four metric tables of the ``pending`` captures (``rows``: their frames + deliveries), written together."""
+    from pyspark.sql import functions as F
+
     caps = F.broadcast(store.read("captures", list(pending)).select("capture_id", "capture_date", "first_ts").cache())
     read = lambda name: store.read(name, list(pending))  # noqa: E731
     frames = read("frames")
@@ -55,7 +71,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     # plus the bad ones); the whole frames table is only scanned by flow (column-pruned), never held
     control = control_frames(frames).cache()
     # repeats counted before spreading (latencies, heartbeats) when there are enough rows for it to pay
-    counted = store.rows("frames", pending) + store.rows("deliveries", pending) >= conf["metrics.count_repeats_from_rows"]
+    counted = rows >= conf["metrics.count_repeats_from_rows"]
     deliveries = deliveries_with_queue(read("deliveries").select(*DELIVERY_COLUMNS), control)
     # read by latency (twice) and settlement: on a small capture cached, as each read of it is a join's jobs more;
     # at 300 MB the cache cost 3.5 s more than reading it three times (column-pruned), so from the same rows on not
@@ -76,24 +92,10 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
         ("metrics_errors", lambda: errors(control, read("decode_errors"), caps, bucket_s,  # last: its transaction marks the capture done
                                           peer_anomalies(read("deliveries"), read("flow_events")))),
     )
-    # Spark 4 measures each Arrow batch's bytes after every row it adds when a byte limit is set (the default 64 MB):
-    # for the narrow rows metrics hands to Python (end-to-end events, latency route rows) that check cost as much as
-    # the rest of the transfer (2.7M route rows at 300 MB: 18 s against 10 s without it). Batches stay bounded by
-    # rows (maxRecordsPerBatch); the limit comes back when the stage ends. Only here: ingest's packet rows carry
-    # payloads, where the byte limit is what bounds a batch.
-    arrow_bytes = "spark.sql.execution.arrow.maxBytesPerBatch"
-    before = spark.conf.get(arrow_bytes, None)
-    spark.conf.set(arrow_bytes, str(2**31 - 1))
     try:
         # the commits go in this order whatever the queries' order: metrics_errors last
-        done = store.write_many([(name, _labelled(build, labels)) for name, build in tables], units=pending, run_id=run_id,
+        return store.write_many([(name, _labelled(build, labels)) for name, build in tables], units=pending, run_id=run_id,
                                 parallel=conf["metrics.concurrent_tables"])
     finally:
-        if before is None:
-            spark.conf.unset(arrow_bytes)
-        else:
-            spark.conf.set(arrow_bytes, before)
         for df in (control, deliveries, labels["connection"]):
             df.unpersist()
-    # its last table marks the captures done: not committed here, another run at the same time committed them first
-    return list(pending) if done["metrics_errors"] else []
