@@ -46,24 +46,6 @@ def starts_jvm() -> bool:
     return SparkSession.getActiveSession() is None and not _under_spark_submit()
 
 
-# Spark SQL without code generation: no whole-stage Java source compiled by Janino per query stage, and every
-# expression evaluated by its interpreted form instead of a generated class (``spark.codegen``); and Spark's defaults
-INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
-COMPILED = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
-# ``spark.codegen=auto``: a stage with fewer input rows than this runs interpreted. Measured on the metrics stage
-# (same session, alternated, the second round): a 0.94 MB capture (about 6,400 frames + deliveries) 7.2 s / 13.0 CPU s
-# compiled against 6.0 s / 10.7 interpreted; an 8 MB one (44,615 frames, 5,390 deliveries) 9.6 / 17.8 against
-# 11.4 / 21.5; the 300 MB load capture 31-35 s against 101-105 s
-CODEGEN_FROM_ROWS = 20_000
-
-
-def codegen_settings(conf: Config, rows: int) -> dict[str, str]:
-    """The SQL settings a stage of ``rows`` input rows runs with (``spark.codegen``): interpreted under ``off`` and,
-    under ``auto``, below ``CODEGEN_FROM_ROWS``; compiled otherwise (whatever the session was started with)."""
-    mode = conf["spark.codegen"]
-    return dict(INTERPRETED if mode == "off" or (mode == "auto" and rows < CODEGEN_FROM_ROWS) else COMPILED)
-
-
 @contextlib.contextmanager
 def sql_settings(spark, settings: dict[str, str]):
     """``settings`` (runtime SQL settings) on the session for the block, each restored (or unset) after it."""
@@ -100,8 +82,6 @@ def session_settings(conf: Config) -> dict[str, str]:
         # A static setting: under spark-submit only `--conf` sets it (the Airflow DAG does), never the session.
         "spark.python.sql.dataFrameDebugging.enabled": "false",
     }
-    if s["codegen"] == "off":
-        settings.update(INTERPRETED)
     if s["shuffle_partitions"] != "auto":  # auto: set by get_spark once the session knows its cores
         settings["spark.sql.shuffle.partitions"] = str(s["shuffle_partitions"])
     settings.update(s["extra"])

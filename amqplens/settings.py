@@ -248,12 +248,6 @@ class SparkSettings(_Section):
         "amqplens.jvm_archive`; `--check` says whether this JVM maps it). About 18,000 Spark, Parquet and Arrow classes come "
         "parsed and verified: 4 s off a small capture's run. An archive of another JDK or other jars is not used (its name "
         "carries a key of both) and a JVM that cannot map it loads classes the usual way")
-    codegen: Annotated[str, *Choice("auto", "on", "off")] = setting(
-        "auto", "Spark SQL's code generation (whole-stage and per expression). `off`: every query of the session is "
-        "evaluated interpreted, never compiled; `on`: compiled, Spark's default; `auto`: compiled, but the metrics "
-        "stage of captures holding fewer than 20,000 frames + deliveries runs interpreted: its few hundred small "
-        "queries cost more to compile than to run (a 0.94 MB capture's metrics 10-17% less CPU interpreted; an 8 MB "
-        "one's 20% more, the 300 MB load capture's 3x). `on` and `off` hold for the metrics stage whatever its size")
     extra: Annotated[dict, *_typed(_spark_extra())] = setting({}, 'any other spark.* settings, e.g. {"spark.executor.memory": "4g"}')
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -29,11 +30,17 @@ if _main is not None and getattr(_main, "__spec__", None) is None and not hasatt
 def conf():
     from amqplens.config import load_config
 
-    # spark.codegen=off: the tests' session runs thousands of queries over a few rows each, where compiling a query
-    # costs more than running it (make test 8:56 -> 8:20 on 2026-11-29). The metrics lake's stage runs compiled
-    # (tests/metrics/conftest.py), as do runs of their own config (the CLI's, the slow tier's, the benchmark's)
     return load_config(sets=["spark.master=local[2]", "spark.shuffle_partitions=2", "spark.ui_enabled=false", "spark.progress_bar=off",
-                             "spark.codegen=off"])
+                             f"spark.extra={json.dumps(INTERPRETED)}"])
+
+
+# The tests' session evaluates Spark SQL interpreted: thousands of queries over a few rows each, where compiling a
+# query (whole-stage code and a class per expression, by Janino) costs more than running it: make test 8:56 -> 8:20 of
+# pytest (2026-11-29). `factoryMode` is a setting Spark keeps for its own tests and not for production, so the
+# pipeline itself runs compiled: the metrics lake's stage here (tests/metrics/conftest.py), the CLI's and the slow
+# tier's runs, the benchmark; tests/metrics/test_codegen.py compares the two on a real capture.
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+COMPILED = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
 
 
 @pytest.fixture(scope="session")
@@ -70,10 +77,19 @@ def _group(item) -> str:
 
 # ------------------------------------------------------------------ the two tiers: make test and make test-slow
 # `make test` (the README's test command) runs every test but these; `make test-slow` runs only these, and .ci/run
-# runs both. Each starts JVMs of its own beside the shared session, as an operator's process would: the CLI and
+# runs both. Most start JVMs of their own beside the shared session, as an operator's process would: the CLI and
 # spark-submit as subprocesses, Airflow's tasks, a standalone cluster, a wheel in a new venv, kills at random moments.
-# The code paths they drive are tested in-process in the first tier; these check the processes around them.
+# The code paths they drive are tested in-process in the first tier; these check the processes around them. The
+# others recompute a reference on a whole lake that a first-tier test already compares its path with on another
+# lake or against plain Python (make test under 8 minutes on a quiet two-core host: issue 36).
 SLOW = {
+    "tests/metrics/test_metrics.py::test_counted_repeats_and_the_route_pass_give_the_same_rows_on_every_fixture":
+        "metrics_latency's and metrics_flow's Spark references seven times over the fixtures' lake (first tier: "
+        "tests/unit/test_grouped.py, the route pass against plain Python; the end-to-end pass against its reference)",
+    "tests/logs/test_ingest_logs_e2e.py::test_report_engines_agree_on_broker_events_alarms_and_findings":
+        "the report's Spark engine on the logs lake (first tier: tests/metrics/test_report_engines.py)",
+    "tests/logs/test_ingest_logs_e2e.py::test_validate_on_spark_and_on_pandas_agree_on_logs_and_the_connections_they_name":
+        "validate's Spark path on the logs lake (first tier: tests/validate/test_validate.py, both engines)",
     "tests/ops/test_dag.py::test_dag_test_runs_every_job_on_the_days_folder_and_fails_last_for_a_bad_capture":
         "Airflow runs every job as a spark-submit",
     "tests/lake/test_damage.py": "the CLI as a user runs it on damaged lakes (about 13 JVMs, kills, two runs at once)",

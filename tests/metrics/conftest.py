@@ -10,7 +10,8 @@ from amqplens.jobs import ingest_captures
 from amqplens.jobs import lifecycle
 from amqplens.jobs import metrics
 from amqplens.lake.store import TableStore
-from tests.conftest import DATA
+from amqplens.session import sql_settings
+from tests.conftest import COMPILED, DATA
 from tests.e2e.hostile_captures import records, ts_of, with_records
 
 CAPTURES = (sorted(glob.glob(str(DATA / "broker" / "*.pcap"))) + [str(DATA / "demo" / "demo.pcap")]
@@ -29,12 +30,13 @@ def shifted_copy(src, dst, delta_us: int):
 @pytest.fixture(scope="session")
 def metrics_lake(spark, conf, tmp_path_factory):
     lake = tmp_path_factory.mktemp("metrics_lake")
-    # its metrics compiled (the session's other queries run interpreted: tests/conftest.py)
-    c = conf.with_overrides(lake__root=str(lake), spark__codegen="on")
+    c = conf.with_overrides(lake__root=str(lake))
     # nack_reject again, 1 us later, in the same run: its publishes must not stand in for the original's
     # (the same message ids, each 1 us after the original's publish and before its delivery)
     twin = shifted_copy(DATA / "broker" / "nack_reject.pcap", lake.parent / "nack_reject_1us_later.pcap", 1)
-    return c, *built_lake(spark, c, [*CAPTURES, str(twin)], "m")
+    # compiled, as the pipeline runs (the tests' other queries run interpreted: tests/conftest.py)
+    with sql_settings(spark, COMPILED):
+        return c, *built_lake(spark, c, [*CAPTURES, str(twin)], "m")
 
 
 def built_lake(spark, c, paths: list[str], run_id: str):

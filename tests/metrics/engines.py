@@ -52,14 +52,15 @@ def queries_agree(store, conf) -> dict[str, object]:
     return got
 
 
-def pages_agree(spark, conf, out: pathlib.Path) -> dict[pathlib.Path, str]:
-    """The report written by each engine: the same files, each page the same text less its generation time."""
+def pages_agree(spark, conf, out: pathlib.Path, spark_side: dict | None = None) -> dict[pathlib.Path, str]:
+    """The report written by each engine: the same files, each page the same text less its generation time.
+    ``spark_side``: the overrides that send the reference to Spark (default ``report.engine=spark``)."""
     from amqplens import report
 
     pages = {}
-    for engine in ("spark", "driver"):
+    for engine, overrides in (("spark", spark_side or {"report__engine": "spark"}), ("driver", {"report__engine": "driver"})):
         folder = out / engine
-        report.run(spark, conf.with_overrides(report__engine=engine), str(folder))
+        report.run(spark, conf.with_overrides(**overrides), str(folder))
         pages[engine] = {p.relative_to(folder): GENERATED.sub("", p.read_text()) for p in folder.rglob("*.html")}
     assert pages["spark"].keys() == pages["driver"].keys()
     for name, text in pages["spark"].items():

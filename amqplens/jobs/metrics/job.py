@@ -17,7 +17,7 @@ from amqplens.decode import __version__
 from amqplens.config import Config
 from amqplens.jobs.labels import label_maps, with_labels
 from amqplens.lake.store import TableStore
-from amqplens.session import codegen_settings, sql_settings
+from amqplens.session import sql_settings
 from amqplens.jobs.metrics.faults import errors, peer_anomalies
 from amqplens.jobs.metrics.flow import flow
 from amqplens.jobs.metrics.inputs import DELIVERY_COLUMNS, control_frames, deliveries_with_queue
@@ -52,9 +52,8 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     # for the narrow rows metrics hands to Python (end-to-end events, latency route rows) that check cost as much as
     # the rest of the transfer (2.7M route rows at 300 MB: 18 s against 10 s without it). Batches stay bounded by
     # rows (maxRecordsPerBatch); the limit comes back when the stage ends. Only here: ingest's packet rows carry
-    # payloads, where the byte limit is what bounds a batch. A small stage's queries run interpreted (spark.codegen).
-    stage = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1), **codegen_settings(conf, rows)}
-    with sql_settings(spark, stage):
+    # payloads, where the byte limit is what bounds a batch.
+    with sql_settings(spark, {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}):
         done = _write(spark, conf, store, found, pending, rows, run_id)
     # its last table marks the captures done: not committed here, another run at the same time committed them first
     return list(pending) if done["metrics_errors"] else []
