@@ -3,7 +3,8 @@
 Exit status: 0 all good; 2 usage (arguments, config, inputs); 3 completed, but some captures failed
 (each marked ``failed`` in ``captures`` with its error; a rerun retries only them); 4 an invariant
 broke (a critical expectation failed); 5 the lake is damaged (``amqplens check`` names each problem; a command
-that writes refuses a damaged table); 130 interrupted (Ctrl-C); 1 anything else (no Java, an internal error).
+that writes refuses a damaged table); 130 interrupted (Ctrl-C); 141 the output's reader closed the pipe early
+(``| head``); 1 anything else (no Java, an internal error).
 
 The stages and their order come from amqplens/stages.py, which also names the
 spark-submit entry scripts (``jobs/<stage>.py``, outside the package: they call
@@ -620,13 +621,27 @@ def console(argv: list[str] | None = None) -> None:
             print(exc.code, file=sys.stderr)
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:
+        code = _reader_gone()
     except BaseException:  # noqa: BLE001 - a bug: its traceback, then the exit
         traceback.print_exc()
         code = 1
     logging.shutdown()
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _reader_gone()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _reader_gone() -> int:
+    """The output's reader closed the pipe before the end (``amqplens summary | head``): no traceback, the rest of the
+    output goes nowhere, exit 141 as a Unix command stopped by SIGPIPE does. What was committed before stays."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + 13  # SIGPIPE
 
 
 def _interrupted(signum, frame) -> None:
