@@ -30,6 +30,7 @@ def _rows(store, table: str, cid: str, columns: tuple[str, ...]) -> list:
 
     return [types.SimpleNamespace(**r) for r in store.read_arrow(table, columns, [cid]).to_pylist()]
 
+
 def test_every_fixture_is_one_ok_capture(ingested):
     _, store, result = ingested
     caps = {r.path: r for r in store.read("captures").collect()}
