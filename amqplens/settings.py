@@ -346,6 +346,16 @@ class MetricsSettings(_Section):
         "100 MB load capture's metrics 33.1/33.5 s counted against 37.0/38.8 s not; metrics_latency alone on the "
         "300 MB lake 10-15 s counted against 21-22 s not (2.66M route rows, 178k once counted); a 1 MB capture's "
         "within noise either way (about 6,400 rows)")
+    engine: Annotated[str, *Choice("auto", "driver", "spark")] = setting(
+        "auto", "where the four metric tables are computed: `driver` (delta-rs reads of the columns they read, pandas and "
+        "numpy, a pyarrow write: no Spark job), `spark` (Spark queries: the reference and the path for large lakes), "
+        "`auto` = the driver while the captures to do hold at most `metrics.driver_max_rows` frames + deliveries, else "
+        "Spark. The same rows either way (a test compares every column of every row on every fixture); a time the "
+        "driver cannot write as Spark does (before year 1 or after 9999) sends the stage to Spark")
+    driver_max_rows: Annotated[int, *Int(0)] = setting(
+        1_000_000, "`metrics.engine` auto: frames + deliveries of the captures to do up to which the metrics run on the "
+        "driver (held in its Python process as pandas frames: the frames' 6 heartbeat columns and the control frames, "
+        "the deliveries' 21 columns; about 0.5-1 KB a row at the peak); the same bound as `validate.pandas_max_rows`")
 
 
 class FindingsSettings(_Section):

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import cast
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
@@ -433,6 +434,27 @@ class TableStore:
         try:
             # the partition columns are not nullable (amqplens/contracts): each value is a str, not None
             return self.commit_staged(staged, writer.close(), units=units, partitions=cast("dict[str, dict[str, str]]", partitions), run_id=run_id)
+        finally:
+            self.discard_staged(staged)
+
+    def write_arrow(self, name: str, data: pa.Table, *, units: Mapping[str, str], run_id: str) -> bool:
+        """``write`` for rows the driver computed as an Arrow table (the metrics on the driver): written with pyarrow,
+        a file per unit, no Spark job. Every unit of ``units`` is replaced, also one without rows."""
+        t = table_def(name)
+        (rkey,) = t.replace_by
+        staged = self.stage(name, run_id)
+        writer = staged.writer(0)
+        partitions: dict[str, dict[str, str]] = {}
+        for unit in units:
+            rows = data.filter(pc.equal(data.column(rkey), pa.scalar(unit, pa.string())))
+            if not rows.num_rows:
+                continue
+            # the partition columns are not nullable (amqplens/contracts): each value is a str, not None
+            partitions[unit] = {k: cast(str, _partition_str(rows.column(k)[0].as_py())) for k in t.partition_by}
+            for batch in rows.combine_chunks().to_batches():
+                writer.write(unit, batch)
+        try:
+            return self.commit_staged(staged, writer.close(), units=units, partitions=partitions, run_id=run_id)
         finally:
             self.discard_staged(staged)
 

@@ -56,7 +56,8 @@ def test_interpreted_and_compiled_metrics_are_the_same_rows(spark, conf, tmp_pat
     for mode, settings in (("interpreted", INTERPRETED), ("compiled", COMPILED)):
         shutil.copytree(lake, tmp_path / mode)
         with sql_settings(spark, settings):
-            assert metrics.run(spark, conf.with_overrides(lake__root=str(tmp_path / mode)), run_id="m") == [cid]
+            assert metrics.run(spark, conf.with_overrides(lake__root=str(tmp_path / mode), metrics__engine="spark"),
+                               run_id="m") == [cid]
         s = TableStore(spark, str(tmp_path / mode))
         out[mode] = {name: _rows(s, name) for name in METRIC_TABLES}
     assert all(out["compiled"][name] for name in METRIC_TABLES), {n: len(r) for n, r in out["compiled"].items()}

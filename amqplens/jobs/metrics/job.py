@@ -48,6 +48,11 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     if not pending:
         return []
     rows = store.rows("frames", pending) + store.rows("deliveries", pending)
+    engine = conf["metrics.engine"]
+    if engine == "driver" or (engine == "auto" and rows <= conf["metrics.driver_max_rows"]):
+        on_driver = _driver(store, conf, pending, run_id)
+        if on_driver is not None:
+            return list(pending) if on_driver else []
     # Spark 4 measures each Arrow batch's bytes after every row it adds when a byte limit is set (the default 64 MB):
     # for the narrow rows metrics hands to Python (end-to-end events, latency route rows) that check cost as much as
     # the rest of the transfer (2.7M route rows at 300 MB: 18 s against 10 s without it). Batches stay bounded by
@@ -59,8 +64,37 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     return list(pending) if done["metrics_errors"] else []
 
 
+def _driver(store: TableStore, conf: Config, pending: dict[str, str], run_id: str) -> bool | None:
+    """The four tables computed on the driver and written with pyarrow (``amqplens.jobs.metrics.driver``), in the same
+    order as ``_write`` commits them, ``metrics_errors`` last. Whether that one was committed; None when the driver
+    cannot compute them as Spark would (the stage then runs through Spark)."""
+    from amqplens.jobs.metrics import driver
+
+    try:
+        tables = driver.tables(store, list(pending), conf["metrics.bucket"])
+    except driver.Unsupported as exc:
+        log.info("metrics: through Spark (%s)", exc)
+        return None
+    log.info("metrics: %d captures on the driver (metrics.engine=%s)", len(pending), conf["metrics.engine"])
+    done = False
+    for name, data in tables.items():
+        done = store.write_arrow(name, data, units=pending, run_id=run_id)
+    return done
+
+
 def _write(spark, conf: Config, store: TableStore, found: list[dict], pending: dict[str, str], rows: int, run_id: str) -> dict:
     """The four metric tables of the ``pending`` captures (``rows``: their frames + deliveries), written together."""
+    tables, cached = spark_tables(spark, conf, store, found, pending, rows)
+    try:
+        # the commits go in this order whatever the queries' order: metrics_errors last
+        return store.write_many(tables, units=pending, run_id=run_id, parallel=conf["metrics.concurrent_tables"])
+    finally:
+        for df in cached:
+            df.unpersist()
+
+
+def spark_tables(spark, conf: Config, store: TableStore, found: list[dict], pending: dict[str, str], rows: int):
+    """([(table, its DataFrame's builder)] in commit order, the DataFrames cached for them, to unpersist after)."""
     from pyspark.sql import functions as F
 
     caps = F.broadcast(store.read("captures", list(pending)).select("capture_id", "capture_date", "first_ts").cache())
@@ -91,10 +125,4 @@ def _write(spark, conf: Config, store: TableStore, found: list[dict], pending: d
         ("metrics_errors", lambda: errors(control, read("decode_errors"), caps, bucket_s,  # last: its transaction marks the capture done
                                           peer_anomalies(read("deliveries"), read("flow_events")))),
     )
-    try:
-        # the commits go in this order whatever the queries' order: metrics_errors last
-        return store.write_many([(name, _labelled(build, labels)) for name, build in tables], units=pending, run_id=run_id,
-                                parallel=conf["metrics.concurrent_tables"])
-    finally:
-        for df in (control, deliveries, labels["connection"]):
-            df.unpersist()
+    return [(name, _labelled(build, labels)) for name, build in tables], (control, deliveries, labels["connection"])

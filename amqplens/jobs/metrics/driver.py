@@ -1,0 +1,701 @@
+"""The metric tables on the driver, for lakes that fit (``metrics.engine``, ``metrics.driver_max_rows``): no Spark job.
+
+On a small capture the metrics stage was Spark's fixed costs: about 44 jobs and 11,700 round trips to the JVM for a
+few thousand rows (10 s of a 0.94 MB capture's 23 s run). Here the tables the stage reads are read from the Delta
+snapshot's files of the captures to do with pyarrow (the columns each metric reads), the rows are computed column by
+column in pandas and numpy as the Spark queries compute them (each function below names the one it follows), the
+rows are labelled as ``amqplens.jobs.labels`` labels them, and each table is written with pyarrow
+(``TableStore.write_arrow``), ``metrics_errors`` last. Python runs per table and per output row (its id and label),
+never per frame or delivery.
+
+The Spark queries (settlement.py, faults.py, flow.py, percentiles.py with grouped.py and e2e.py) stay the reference
+and the path for larger lakes: a test runs both on every fixture and compares every column of every row. What the
+driver cannot do as Spark does (a time Python's calendar cannot write as Spark's text, before year 1 or after 9999)
+raises ``Unsupported`` and the stage runs through Spark instead.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from amqplens.contracts import table as table_def
+from amqplens.contracts import expectations as ex
+from amqplens.decode.common.rows import STAGE_FRAME
+from amqplens.jobs.findings.driver import _PANDAS, connection_labels, first_non_null, label
+from amqplens.jobs.labels import cap_label
+from amqplens.jobs.metrics.e2e import AGAIN, FIRST, NULL_US, PUBLISH, REQUEUE, REQUEUED, fifo_columns
+from amqplens.jobs.metrics.frame import Frame
+from amqplens.jobs.metrics.grouped import METRICS, group_table
+from amqplens.jobs.metrics.inputs import CONTROL_COLUMNS, DELIVERY_COLUMNS
+from amqplens.jobs.metrics.settlement import UNSETTLED_AT_CLOSE
+
+log = logging.getLogger(__name__)
+
+
+STRING = pd.StringDtype("pyarrow")  # Arrow's strings: compared, hashed and grouped in Arrow, not object by object
+_TYPES = {**_PANDAS, pa.string(): STRING, pa.large_string(): STRING}
+
+
+def _frame(data: pa.Table) -> pd.DataFrame:
+    """Arrow -> pandas with nullable dtypes (strings kept in Arrow); timestamps as int64 microseconds."""
+    cols = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in data.columns]
+    return pa.table(cols, names=data.column_names).to_pandas(types_mapper=_TYPES.get)
+
+
+class Unsupported(Exception):
+    """A value the driver cannot treat exactly as Spark does: the stage runs through Spark."""
+
+
+# ------------------------------------------------------------------ Spark's column semantics in pandas
+def _true(cond) -> np.ndarray:
+    """A condition as ``where`` reads it: null is false."""
+    if isinstance(cond, (bool, np.bool_)):
+        return np.asarray(cond)
+    return pd.Series(cond).fillna(False).astype(bool).to_numpy()
+
+
+def _text(s: pd.Series) -> pd.Series:
+    """``cast(x as string)`` for strings and integers (nullable)."""
+    return s.astype(STRING)
+
+
+def _sarr(s) -> pa.ChunkedArray | pa.Array:
+    """A Series (or a scalar) as Arrow strings (integers written as Spark's cast writes them)."""
+    a = pa.array(s, from_pandas=True) if isinstance(s, pd.Series) else pa.scalar(s, pa.large_string())
+    return a if pa.types.is_large_string(a.type) else pc.cast(a, pa.large_string())
+
+
+def _sser(a, index) -> pd.Series:
+    a = a if isinstance(a, pa.ChunkedArray) else pa.chunked_array([a])
+    return pd.Series(pd.arrays.ArrowStringArray(a.cast(pa.large_string())), index=index)
+
+
+def pick(cond, a, b, index) -> pd.Series:
+    """Strings: ``a`` where ``cond`` (null: false), else ``b`` (Series or scalars, None for null), in Arrow."""
+    return _sser(pc.if_else(pa.array(_true(cond)), _sarr(a), _sarr(b)), index)
+
+
+def concat_ws(sep: str, *parts: pd.Series) -> pd.Series:
+    """Spark's ``concat_ws``: the non-null parts joined by ``sep``; "" when every part is null."""
+    acc = _sarr(parts[0])
+    for p in parts[1:]:
+        p = _sarr(p)
+        joined = pc.binary_join_element_wise(acc, p, pa.scalar(sep, pa.large_string()))
+        acc = pc.if_else(pc.is_null(p), acc, pc.if_else(pc.is_null(acc), p, joined))
+    return _sser(pc.fill_null(acc, ""), parts[0].index)
+
+
+def concat(*parts) -> pd.Series:
+    """Spark's ``concat``: null when any part is null."""
+    acc = None
+    for p in parts:
+        acc = p if acc is None else acc + p
+    return acc
+
+
+def _str(index, value) -> pd.Series:
+    return pd.Series(value, index=index, dtype=STRING)
+
+
+def _int(index, value=None, dtype="Int64") -> pd.Series:
+    return pd.Series(pd.NA if value is None else value, index=index, dtype=dtype)
+
+
+def bucket_of(ts: pd.Series, bucket_s: int) -> pd.Series:
+    """``frame.bucket_of`` on microseconds: floor(us / b) * b, the division in doubles as Spark's ``/``."""
+    b = bucket_s * 1_000_000
+    v = ts.to_numpy(dtype="float64", na_value=np.nan)
+    f = np.floor(v / b)
+    out = np.where(np.isnan(f), 0, f).astype(np.int64) * b
+    return pd.Series(pd.array(out, dtype="Int64")).where(~np.isnan(f), pd.NA).set_axis(ts.index)
+
+
+def greatest(*parts: pd.Series) -> pd.Series:
+    """Spark's ``greatest``: the largest non-null value, null when all are null."""
+    return pd.concat(parts, axis=1).max(axis=1, skipna=True).astype(parts[0].dtype)
+
+
+def least(*parts: pd.Series) -> pd.Series:
+    return pd.concat(parts, axis=1).min(axis=1, skipna=True).astype(parts[0].dtype)
+
+
+def group(df: pd.DataFrame, keys: list[str]):
+    """Spark's ``groupBy``: nulls are a key value like any other."""
+    return df.groupby(keys, dropna=False, sort=False)
+
+
+def _sum(s):
+    """Spark's ``sum``: of the non-null values, null when there are none."""
+    return s.sum(min_count=1)
+
+
+# ------------------------------------------------------------------ the shape every metric table shares (frame.py)
+def with_entities(df: pd.DataFrame, specs) -> pd.DataFrame:
+    """``frame.with_entities``: one row per (row, entity it counts for), the capture always.
+
+    ``specs``: (kind, name Series, connection Series or None, channel Series or None), aligned with ``df``."""
+    base = df.drop(columns=[c for c in ("connection_id", "channel") if c in df.columns])
+    out = []
+    for kind, name, conn, ch in [("capture", df["capture_id"], None, None), *specs]:
+        keep = _true(name.notna())
+        part = base[keep].copy()
+        part["entity_kind"] = kind
+        part["entity"] = _text(name[keep]).to_numpy()
+        part["connection_id"] = (_str(part.index, pd.NA) if conn is None else _text(conn[keep])).to_numpy()
+        part["channel"] = (_int(part.index, dtype="Int32") if ch is None else ch[keep].astype("Int32")).to_numpy()
+        out.append(part)
+    rows = pd.concat(out, ignore_index=True)
+    for c in ("entity_kind", "entity", "connection_id"):
+        rows[c] = rows[c].astype(STRING)
+    rows["channel"] = rows["channel"].astype("Int32")
+    return rows
+
+
+def with_buckets(df: pd.DataFrame, caps: pd.DataFrame, bucket_s: int, ts: str = "ts") -> pd.DataFrame:
+    """``frame.with_buckets``: each row in its time bucket and in the whole capture (an inner join with the captures)."""
+    d = df.merge(caps[["capture_id", "capture_date", "first_ts"]], on="capture_id", how="inner")
+    timed = d.assign(bucket_start=bucket_of(d[ts], bucket_s), bucket_seconds=np.int32(bucket_s))
+    whole = d.assign(bucket_start=d["first_ts"].fillna(0).astype("Int64"), bucket_seconds=np.int32(0))
+    out = pd.concat([timed, whole], ignore_index=True).drop(columns=["first_ts"])
+    out["bucket_seconds"] = out["bucket_seconds"].astype("Int32")
+    return out
+
+
+def _ts_text(us) -> str:
+    """A timestamp (microseconds, UTC) as Spark's ``cast(x as string)`` writes it."""
+    try:
+        t = datetime.datetime(1970, 1, 1) + datetime.timedelta(microseconds=int(us))
+    except OverflowError:
+        raise Unsupported(f"a time of {us} microseconds since 1970 is outside years 1-9999") from None
+    text = f"{t.year:04d}-{t.month:02d}-{t.day:02d} {t.hour:02d}:{t.minute:02d}:{t.second:02d}"
+    return text + (f".{t.microsecond:06d}".rstrip("0") if t.microsecond else "")
+
+
+def _key_text(s: pd.Series, kind: str) -> pa.Array:
+    """A key column as Spark's text of it, nulls as \\N (``frame.add_row_id``); times and dates written once per
+    distinct value (a table's rows share a few buckets and captures)."""
+    if kind in ("timestamp", "date"):
+        write = _ts_text if kind == "timestamp" else (lambda v: v.isoformat())
+        texts = {v: write(v) for v in s.dropna().unique()}
+        s = s.astype(object).map(texts)
+    return pa.array(s.astype(STRING).fillna("\\N"), pa.string())
+
+
+def add_row_id(df: pd.DataFrame, keys: list[str], table) -> pd.DataFrame:
+    """``frame.add_row_id``: sha2 of the keys' text joined by |."""
+    types = {c.name: c.type for c in table.columns}
+    if not len(df):
+        return df.assign(metric_row_id=pd.Series([], index=df.index, dtype=STRING))
+    text = pc.binary_join_element_wise(*[_key_text(df[k], types[k]) for k in keys], "|")
+    ids = [hashlib.sha256(t.encode()).hexdigest() for t in text.to_pylist()]
+    return df.assign(metric_row_id=pd.Series(ids, index=df.index, dtype=STRING))
+
+
+# ------------------------------------------------------------------ inputs (inputs.py)
+FLOW_COLUMNS = ("event_id", "connection_id", "capture_id", "ts", "frame_id", "entity", "channel", "consumer_tag",
+                "link_handle", "event", "prefetch_count", "in_flight", "flow_active", "blocked", "reason", "link_credit",
+                "incoming_window", "remote_incoming_window")
+CONNECTION_COLUMNS = ("connection_id", "capture_id", "dialect", "start_ts", "end_ts", "syn_seen", "handshake_rtt_us",
+                      "heartbeat", "server_idle_timeout_ms", "client_idle_timeout_ms", "client_properties_json",
+                      "client_container_id", "ip_version", "client_ip", "client_port", "server_ip", "server_port")
+HEARTBEAT_COLUMNS = ("capture_id", "connection_id", "direction", "dialect", "ts", "frame_type")
+
+
+class Inputs:
+    """What the four tables read of the captures to do, as pandas (nullable dtypes, times in microseconds)."""
+
+    def __init__(self, store, capture_ids: list[str]):
+        def read(name, columns, keep=None):
+            t = table_def(name)
+            schema = pa.schema([t.arrow_schema().field(c).with_nullable(True) for c in columns])
+            data = store.read_arrow(name, list(columns), capture_ids)
+            data = schema.empty_table() if data.num_columns == 0 else data.cast(schema)
+            return data if keep is None else data.filter(keep(data))
+
+        self.captures = _frame(read("captures", ("capture_id", "capture_date", "first_ts", "path")))
+        frames = read("frames", tuple(dict.fromkeys((*CONTROL_COLUMNS, "frame_type"))))
+        # the frames for heartbeats: every frame, six columns
+        self.frames = _frame(frames.select(list(HEARTBEAT_COLUMNS)))
+        f = pc.field
+        control = ((f("class_name") == "basic") & (f("method_name") == "consume")) | (
+            (f("class_name") == "connection") & f("method_name").isin(["open-ok", "close"])) | (
+            (f("class_name") == "channel") & (f("method_name") == "close")) | f("performative").isin(
+            ["open", "attach", "detach", "end", "close"]) | f("decode_error").is_valid()
+        self.control = _frame(frames.filter(control).select(list(CONTROL_COLUMNS)))
+        deliveries = read("deliveries", (*DELIVERY_COLUMNS, "flags"))
+        self.flagged = _anomalous_deliveries(deliveries)
+        self.deliveries = _with_queue(_frame(deliveries.drop_columns(["flags"])), self.control)
+        self.flow_events = _frame(read("flow_events", FLOW_COLUMNS))
+        self.connections = _frame(read("connections", CONNECTION_COLUMNS))
+        self.requests = _frame(read("request_responses", ("capture_id", "request_ts", "dialect", "request", "latency_us",
+                                                          "connection_id", "channel")))
+        self.decode_errors = _frame(read("decode_errors", ("capture_id", "ts", "connection_id", "stage", "reason")))
+
+    def caps(self) -> pd.DataFrame:
+        return self.captures[["capture_id", "capture_date", "first_ts"]].drop_duplicates("capture_id")
+
+
+def _anomalous_deliveries(deliveries: pa.Table) -> pd.DataFrame:
+    """``faults.peer_anomalies``' delivery rows: one per flag of a delivery with flags (a null flag too, as explode)."""
+    flags = deliveries.column("flags").combine_chunks() if deliveries.num_rows else pa.array([], pa.list_(pa.string()))
+    n = pc.fill_null(pc.list_value_length(flags), 0)
+    rows = deliveries.filter(pc.greater(n, 0))
+    flags = rows.column("flags").combine_chunks() if rows.num_rows else pa.array([], pa.list_(pa.string()))
+    parent = pc.list_parent_indices(flags)
+    base = rows.select(["capture_id", "sent_ts", "dialect", "connection_id", "channel"]).take(parent)
+    return _frame(base.append_column("condition", pc.list_flatten(flags)))
+
+
+def _with_queue(deliveries: pd.DataFrame, control: pd.DataFrame) -> pd.DataFrame:
+    """``inputs.deliveries_with_queue``: a delivery without a queue takes its consumer's from its basic.consume."""
+    c = control
+    consume = c[_true((c["class_name"] == "basic") & (c["method_name"] == "consume") & c["consumer_tag"].notna()
+                      & (c["consumer_tag"] != "") & c["connection_id"].notna())]
+    # rows: one per (connection, tag): the left join keeps the deliveries' rows
+    consumes = consume.groupby(["connection_id", "consumer_tag"], sort=False)["queue"].first().rename("_cq").reset_index()
+    d = deliveries.merge(consumes, on=["connection_id", "consumer_tag"], how="left")
+    d["queue"] = d["queue"].fillna(d["_cq"]).astype(STRING)
+    return d.drop(columns=["_cq"])
+
+
+def delivery_entities(d: pd.DataFrame):
+    """``inputs.delivery_entities`` on pandas."""
+    conn, ch = d["connection_id"], d["channel"]
+    ten = d["dialect"] == "1.0"
+    exchange = pick(d["exchange"] == "", "(default)", d["exchange"], d.index)
+    return [
+        ("connection", conn, conn, None),
+        ("channel", concat_ws("/", conn, ch), conn, ch),
+        ("consumer", pick(d["consumer_tag"].notna(), concat_ws("/", conn, ch, d["consumer_tag"]), None, d.index), conn, ch),
+        ("link", pick(d["link_name"].notna(), concat_ws("/", conn, ch, d["link_name"]), None, d.index), conn, ch),
+        ("queue", pick(~ten, d["queue"], None, d.index), None, None),
+        ("address", pick(ten, d["queue"], None, d.index), None, None),
+        ("exchange", exchange, None, None),
+    ]
+
+
+# ------------------------------------------------------------------ metrics_settlement (settlement.py)
+def settlement(inp: Inputs, bucket_s: int) -> pd.DataFrame:
+    d = inp.deliveries
+    atom = ["capture_id", "dialect", "direction", "connection_id", "channel", "consumer_tag", "link_name", "queue",
+            "exchange", "outcome", "settle_mode"]
+    # rows: <= deliveries (alike in every column read, counted once)
+    a = d.assign(ts=bucket_of(d["sent_ts"], bucket_s),
+                 _re=d["redelivered"].fillna(False).astype("int64"),
+                 # null where the outcome is (Spark's isin of null): an atom of unknown outcome sums to null
+                 _un=pd.Series(d["outcome"].isin(UNSETTLED_AT_CLOSE).astype("int64"), dtype="Int64").where(d["outcome"].notna(), pd.NA))
+    g = group(a, [*atom, "ts"])
+    atoms = pd.DataFrame({"n": g.size(), "n_re": g["_re"].sum(), "n_un": g["_un"].sum(min_count=1)}).reset_index()
+    rows = with_buckets(with_entities(atoms, delivery_entities(atoms)), inp.caps(), bucket_s)
+    measures = [
+        rows.assign(measure="outcome", value=rows["outcome"], w=rows["n"]),
+        rows.assign(measure="settle_mode", value=rows["settle_mode"].fillna("unknown"), w=rows["n"]),
+        rows.assign(measure="redelivered", value="true", w=rows["n_re"]),
+        rows.assign(measure="unsettled_at_close", value="true", w=rows["n_un"]),
+    ]
+    m = pd.concat(measures, ignore_index=True)
+    m["value"] = m["value"].astype(STRING)
+    gkeys = [*Frame.KEYS, "direction"]
+    keys = [*gkeys, "measure", "value"]
+    # rows: atoms x entities (<= 8) x 2 buckets x 4 measures, grouped
+    g = group(m, keys)
+    out = pd.DataFrame({"count": g["w"].sum(min_count=1), "rows": g["n"].sum()}).reset_index()
+    red = out["rows"].where(out["measure"] == "redelivered")
+    out["messages"] = red.groupby([out[k] for k in gkeys], dropna=False, sort=False).transform("max").astype("Int64")
+    out["rate"] = (out["count"].astype("Float64") / out["messages"].astype("Float64"))
+    return out
+
+
+# ------------------------------------------------------------------ metrics_errors (faults.py)
+def _error_rows(df, ts, dialect, kind, raised_by, code, condition) -> pd.DataFrame:
+    idx = df.index
+    as_s = lambda v, dtype=STRING: v if isinstance(v, pd.Series) else pd.Series(v, index=idx, dtype=dtype)  # noqa: E731
+    return pd.DataFrame({
+        "capture_id": df["capture_id"].astype(STRING), "ts": as_s(ts, "Int64").astype("Int64"),
+        "dialect": as_s(dialect).astype(STRING), "kind": as_s(kind).astype(STRING),
+        "connection_id": df["connection_id"].astype(STRING),
+        "channel": as_s(df["channel"] if "channel" in df else pd.NA, "Int32").astype("Int32"),
+        "raised_by": as_s(raised_by).astype(STRING), "code": as_s(code, "Int32").astype("Int32"),
+        "condition": as_s(condition).astype(STRING)}, index=idx)
+
+
+def errors(inp: Inputs, bucket_s: int) -> pd.DataFrame:
+    f = inp.control
+    is_close = f["method_name"] == "close"
+    conds = [_true((f["class_name"] == "channel") & is_close), _true((f["class_name"] == "connection") & is_close),
+             _true(f["performative"] == "detach"), _true(f["performative"] == "end"), _true(f["performative"] == "close")]
+    kind = pd.Series(np.select(conds, ["channel_exception", "connection_exception", "link_error", "session_error",
+                                       "connection_error"], ""), index=f.index)
+    failed = _true((f["reply_code"].notna() & (f["reply_code"] != 200)) | f["error_condition"].notna())
+    c = f[(kind != "").to_numpy() & failed]
+    first_part = lambda s, sep: pd.Series([None if v is pd.NA or v is None else v.split(sep)[0] for v in s],  # noqa: E731
+                                          index=s.index, dtype=STRING)
+    closes = _error_rows(c, c["ts"], c["dialect"], kind[c.index],
+                         pd.Series(np.where(_true(c["direction"] == "to_client"), "broker", "client"), index=c.index,
+                                   dtype=STRING),
+                         c["reply_code"], c["error_condition"].fillna(first_part(c["reply_text"].fillna(""), " - ")))
+    b = f[_true(f["decode_error"].notna())]
+    bad = _error_rows(b, b["ts"], b["dialect"], "decode_error", pd.NA, pd.NA, "frame:" + first_part(b["decode_error"], ":"))
+    e = inp.decode_errors
+    e = e[_true(e["stage"] != STAGE_FRAME)].merge(inp.caps()[["capture_id", "first_ts"]], on="capture_id", how="inner")
+    decode = _error_rows(e, e["ts"].fillna(e["first_ts"]).fillna(0), pd.NA, "decode_error", pd.NA, pd.NA,
+                         concat_ws(":", e["stage"], e["reason"]))
+    fl = inp.flagged
+    flagged = _error_rows(fl, fl["sent_ts"], fl["dialect"], "peer_anomaly", pd.NA, pd.NA, fl["condition"])
+    ev = inp.flow_events
+    # three-valued, as quality.anomaly's column: an unknown event is neither benign nor an anomaly
+    benign = pd.Series(False, index=ev.index, dtype="boolean")
+    for event, reasons in ex.REASON_NOT_ANOMALY.items():
+        benign = benign | ((ev["event"] == event) & (True if reasons is None else ev["reason"].isin(reasons)))
+    fa = ev[_true(ev["reason"].notna() & ~benign)]
+    flow = _error_rows(fa, fa["ts"], pd.NA, "peer_anomaly", pd.NA, pd.NA, fa["reason"])
+    found = pd.concat([closes, bad, decode, flagged, flow], ignore_index=True)
+    conn, ch = found["connection_id"], found["channel"]
+    rows = with_entities(found, [("connection", conn, conn, None),
+                                 ("channel", pick(found["kind"] == "channel_exception", concat_ws("/", conn, ch), None, found.index),
+                                  conn, ch)])
+    keys = [*Frame.KEYS, "kind", "raised_by", "code", "condition"]
+    # rows: the errors found x 2 entities x 2 buckets, grouped
+    b2 = with_buckets(rows, inp.caps(), bucket_s)
+    return group(b2, keys).size().rename("count").reset_index()
+
+
+# ------------------------------------------------------------------ metrics_flow (flow.py)
+ENTITY = ("connection_id", "entity", "channel", "consumer_tag", "link_handle")
+
+
+def _intervals(inp: Inputs) -> pd.DataFrame:
+    """``flow._intervals``: each flow event's state from its time to the entity's next event (or the connection's end)."""
+    ev = inp.flow_events
+    last = ev["frame_id"].map(lambda v: None if v is None or v is pd.NA else v.split("-")[-1], na_action="ignore")
+    ev = ev.assign(stream_offset=pd.to_numeric(last, errors="coerce").astype("Int64"))
+    conn = inp.connections[["connection_id", "dialect", "end_ts"]].rename(columns={"end_ts": "conn_end"})
+    conn = conn[conn["connection_id"].notna()].drop_duplicates("connection_id")
+    iv = ev.merge(conn, on="connection_id", how="left")
+    iv = iv.sort_values([*ENTITY, "ts", "stream_offset", "event_id"], na_position="first", kind="stable")
+    nxt = iv.groupby(list(ENTITY), dropna=False, sort=False)["ts"].shift(-1).astype("Int64")
+    iv["t0"] = iv["ts"]
+    t1 = nxt.fillna(iv["conn_end"])
+    iv["t1"] = greatest(iv["t0"], t1.fillna(iv["t0"]))
+    c, ch = iv["connection_id"], iv["channel"]
+    kind = iv["entity"]
+    handle = concat(_str(iv.index, "handle "), _text(iv["link_handle"]))
+    dest = concat(_str(iv.index, "destination "), iv["consumer_tag"])
+    conds = [_true(kind == "connection"), _true(kind == "consumer"), _true(kind == "link")]
+    name = pd.Series(np.select(conds, [c.astype(object).to_numpy(),
+                                       concat_ws("/", c, ch, iv["consumer_tag"]).astype(object).to_numpy(),
+                                       concat_ws("/", c, ch, handle.fillna(dest)).astype(object).to_numpy()],
+                               concat_ws("/", c, ch).astype(object).to_numpy()), index=iv.index, dtype=STRING)
+    iv["entity_kind"] = kind.astype(STRING)
+    iv["entity"] = name
+    iv["channel"] = ch.where(_true(kind != "connection"), pd.NA).astype("Int32")
+    return iv
+
+
+def _cut(iv: pd.DataFrame, caps: pd.DataFrame, bucket_s: int) -> pd.DataFrame:
+    """``flow._cut``: each interval in the bucket it starts in, the one it ends in (once if the same) and the whole."""
+    b = bucket_s * 1_000_000
+    iv = iv.drop(columns=["capture_date"], errors="ignore").merge(caps, on="capture_id", how="inner")
+    s0 = bucket_of(iv["t0"], bucket_s)
+    s1 = bucket_of(greatest(iv["t1"] - 1, iv["t0"]), bucket_s)
+    same = _true(s0 == s1) | (s0.isna() & s1.isna()).to_numpy()
+    parts = [iv.assign(bs=s0), iv[~same].assign(bs=s1[~same]), iv.assign(bs=_int(iv.index))]
+    rows = pd.concat(parts, ignore_index=True)
+    bs = rows["bs"].astype("Int64")
+    whole = bs.isna().to_numpy()
+    inside = greatest(_int(rows.index, 0), least(rows["t1"], bs + b) - greatest(rows["t0"], bs))
+    rows["overlap_us"] = (rows["t1"] - rows["t0"]).where(whole, inside).astype("Int64")
+    rows["bucket_start"] = rows["first_ts"].fillna(0).astype("Int64").where(whole, bs)
+    rows["bucket_seconds"] = pd.Series(np.where(whole, 0, bucket_s), index=rows.index, dtype="Int32")
+    return rows.drop(columns=["bs", "first_ts"])
+
+
+def _state_metrics(inp: Inputs, bucket_s: int) -> pd.DataFrame:
+    rows = _cut(_intervals(inp), inp.caps(), bucket_s)
+    ov = rows["overlap_us"]
+    limited = rows["prefetch_count"] > 0
+    zero = pd.Series(0, index=rows.index, dtype="Int64")
+    during = lambda cond: ov.where(_true(cond), zero)  # noqa: E731
+    ratio = rows["in_flight"].astype("Float64") / rows["prefetch_count"].astype("Float64")
+    cols = pd.DataFrame({
+        "obs": ov, "pref_obs": ov.where(_true(limited), pd.NA),
+        "at_limit": during(limited & (rows["in_flight"] >= rows["prefetch_count"])),
+        "util_w": ((ov * rows["in_flight"]).astype("Float64") / rows["prefetch_count"].astype("Float64")).where(_true(limited), pd.NA),
+        "util_max": ratio.where(_true(limited), pd.NA),
+        "blocked": during(rows["blocked"]), "flow_off": during(rows["flow_active"] == False),  # noqa: E712
+        "has_credit": rows["link_credit"].notna(),
+        "zero_credit": during(rows["link_credit"] == 0),
+        "zero_window": during((rows["remote_incoming_window"] == 0) | (rows["incoming_window"] == 0)),
+    })
+    g = cols.groupby([rows[k] for k in Frame.KEYS], dropna=False, sort=False)
+    agg = pd.DataFrame({c: (g[c].max() if c in ("util_max", "has_credit") else g[c].sum(min_count=1)) for c in cols.columns})
+    agg = agg.reset_index()
+    k = agg["entity_kind"]
+    prefetch_entity = k.isin(["channel", "consumer"]) & agg["pref_obs"].notna()
+    specs = [
+        ("prefetch_utilisation", prefetch_entity & (agg["pref_obs"] > 0),
+         agg["util_w"].astype("Float64") / agg["pref_obs"].astype("Float64"), agg["pref_obs"]),
+        ("prefetch_utilisation_max", prefetch_entity, agg["util_max"], agg["pref_obs"]),
+        ("at_prefetch_limit_us", prefetch_entity, agg["at_limit"], agg["pref_obs"]),
+        ("blocked_us", k == "connection", agg["blocked"], agg["obs"]),
+        ("flow_off_us", k == "channel", agg["flow_off"], agg["obs"]),
+        ("zero_credit_us", (k == "link") & agg["has_credit"].astype("boolean"), agg["zero_credit"], agg["obs"]),
+        ("zero_window_us", k == "session", agg["zero_window"], agg["obs"]),
+    ]
+    out = [agg[list(Frame.KEYS)].assign(metric=name, value=value.astype("Float64").where(_true(cond), pd.NA),
+                                        observed_us=observed.astype("Int64")) for name, cond, value, observed in specs]
+    m = pd.concat(out, ignore_index=True)
+    m = m[m["value"].notna().to_numpy()]
+    return m.assign(direction=_str(m.index, pd.NA))
+
+
+def _heartbeat_metrics(inp: Inputs, bucket_s: int) -> pd.DataFrame:
+    """``flow._heartbeat_metrics`` with each frame a slot of its own (the same rows as counted per slot)."""
+    conn = inp.connections[["connection_id", "heartbeat", "server_idle_timeout_ms", "client_idle_timeout_ms"]]
+    conn = conn[conn["connection_id"].notna()].drop_duplicates("connection_id")
+    f = inp.frames.merge(conn, on="connection_id", how="inner")
+    idle = f["server_idle_timeout_ms"].where(_true(f["direction"] == "to_server"), f["client_idle_timeout_ms"])
+    value = (idle.astype("Float64") / 1000.0).where(_true(f["dialect"] == "1.0"), f["heartbeat"].astype("Float64"))
+    f["interval_s"] = value.where(_true(value > 0), pd.NA).astype("Float64")
+    f["is_hb"] = pd.Series(f["frame_type"].isin(["heartbeat", "empty"]).astype("int64"), dtype="Int64").where(
+        f["frame_type"].notna(), pd.NA)
+    f = f.sort_values(["connection_id", "direction", "ts"], na_position="first", kind="stable")
+    prev = f.groupby(["connection_id", "direction"], dropna=False, sort=False)["ts"].shift(1).astype("Int64")
+    gap = (f["ts"] - prev).astype("Float64") / 1e6
+    over = _true(gap > f["interval_s"])
+    missed = np.floor((gap / f["interval_s"]).to_numpy(dtype="float64", na_value=np.nan))
+    f["missed"] = pd.Series(np.where(over, np.nan_to_num(missed), 0).astype(np.int64), index=f.index, dtype="Int64")
+    f = f.assign(entity_kind="connection", entity=f["connection_id"], channel=_int(f.index, dtype="Int32"))
+    rows = with_buckets(f, inp.caps(), bucket_s)
+    g = group(rows, [*Frame.KEYS, "direction"])
+    agg = pd.DataFrame({"sent": g["is_hb"].sum(min_count=1), "missed": g["missed"].sum(min_count=1),
+                        "interval_s": g["interval_s"].max()}).reset_index()
+    specs = [("heartbeats_sent", agg["sent"].astype("Float64")), ("heartbeat_interval_s", agg["interval_s"].astype("Float64")),
+             ("missed_heartbeats", agg["missed"].astype("Float64").where(agg["interval_s"].notna(), pd.NA))]
+    out = pd.concat([agg[[*Frame.KEYS, "direction"]].assign(metric=name, value=value) for name, value in specs],
+                    ignore_index=True)
+    out = out[out["value"].notna().to_numpy()]
+    return out.assign(observed_us=_int(out.index))
+
+
+def flow(inp: Inputs, bucket_s: int) -> pd.DataFrame:
+    return pd.concat([_state_metrics(inp, bucket_s), _heartbeat_metrics(inp, bucket_s)], ignore_index=True)
+
+
+# ------------------------------------------------------------------ metrics_latency (percentiles.py, e2e.py, grouped.py)
+E2E_PAYLOAD = ("capture_id", "sent_ts", "dialect", "method", "connection_id", "channel", "consumer_tag", "link_name",
+               "queue", "exchange")
+
+
+def match_key(d: pd.DataFrame) -> pd.Series:
+    """``e2e.match_key``."""
+    idx = d.index
+    ten = _true(d["dialect"] == "1.0")
+    where = concat_ws("\x1f", _str(idx, "x"), d["exchange"].fillna(""), d["routing_key"].fillna(""))
+    where = pick(ten, concat_ws("\x1f", _str(idx, "1.0"), d["queue"].fillna("")), where, idx)
+    by_body = pick(d["body_sha256"].notna(), concat_ws("\x1f", _str(idx, "b"), where, d["body_sha256"]), None, idx)
+    return pick(d["message_id"].notna(), "m\x1f" + d["message_id"], by_body, idx)
+
+
+def end_to_end(d: pd.DataFrame) -> pd.DataFrame:
+    """``e2e.end_to_end``: the deliveries from the broker with ``p_us``, their publish's time (null: unmatched), by
+    ``fifo_columns`` over the events of every key sorted as its shuffle sorts them."""
+    d = d.assign(_key=match_key(d))
+    payload = list(E2E_PAYLOAD)
+    dels = d[_true(d["direction"] == "from_broker")]
+    keyless = dels[dels["_key"].isna().to_numpy()][payload]
+    keyless = keyless.assign(p_us=_int(keyless.index))
+    dels = dels[dels["_key"].notna().to_numpy()]
+    dels = dels.assign(_q=dels["queue"].fillna(concat_ws("/", dels["connection_id"], dels["channel"], dels["consumer_tag"],
+                                                         dels["link_name"])).astype(STRING))
+    tsk = lambda s: s.fillna(NULL_US).astype("int64")  # noqa: E731
+
+    def events(df, ts, kind, q, rq, with_payload):
+        out = pd.DataFrame({"capture_id": df["capture_id"], "_key": df["_key"], "_tsk": tsk(ts), "_ev": kind,
+                            "_id": df["delivery_id"], "_q": q, "_rq": rq}, index=df.index)
+        for c in payload[1:]:
+            out[c] = df[c] if with_payload else pd.Series(pd.NA, index=df.index, dtype=df[c].dtype)
+        return out
+
+    pubs_d = d[_true((d["direction"] == "to_broker") & d["_key"].notna())]
+    requeued = dels["outcome"].isin(REQUEUED).astype("boolean").where(dels["outcome"].notna(), pd.NA)
+    rq_d = dels[_true(requeued)]
+    ev = pd.concat([
+        events(pubs_d, pubs_d["sent_ts"], PUBLISH, _str(pubs_d.index, pd.NA), False, False),
+        events(rq_d, rq_d["settled_ts"].fillna(rq_d["sent_ts"]), REQUEUE, rq_d["_q"], False, False),
+        events(dels, dels["sent_ts"], np.where(_true(dels["redelivered"]), AGAIN, FIRST), dels["_q"], requeued, True),
+    ], ignore_index=True)
+    ev["_late"] = ev["_ev"] >= FIRST
+    ev = ev.sort_values(["capture_id", "_key", "_tsk", "_late", "_id"], na_position="first", kind="stable")
+    types = {"capture_id": pa.string(), "_key": pa.string(), "_tsk": pa.int64(), "_ev": pa.int32(), "_id": pa.string(),
+             "_q": pa.string(), "_rq": pa.bool_(), "sent_ts": pa.int64(), "channel": pa.int32()}
+    t = pa.Table.from_pandas(ev.drop(columns=["_late"]), preserve_index=False,
+                             schema=pa.schema([(c, types.get(c, pa.string())) for c in ev.columns if c != "_late"]))
+    matched = [b for b in fifo_columns(t.to_batches(), payload) if b.num_rows] if t.num_rows else []
+    parts = [keyless.astype({"p_us": "Int64"})]
+    if matched:
+        parts.append(_frame(pa.Table.from_batches(matched)))
+    return pd.concat(parts, ignore_index=True)
+
+
+def _measured(inp: Inputs) -> list:
+    """``percentiles._measured``: each kind of measured thing (its rows, its entities as ``with_entities`` specs)."""
+    d = inp.deliveries
+    conds = [_true((d["method"] == "publish") & (d["settle_mode"] == "confirm")),
+             _true(d["method"].isin(["deliver", "get-ok"]) & d["method"].notna() & (d["settle_mode"] != "auto_ack")),
+             _true((d["method"] == "transfer") & (d["outcome"] != "presettled"))]
+    metric = pd.Series(np.select(conds, ["publish_confirm", "deliver_settle", "transfer_settle"], ""), index=d.index)
+    s = d[(metric != "").to_numpy()]
+    cols = ["connection_id", "channel", "consumer_tag", "link_name", "queue", "exchange"]
+    settles = pd.DataFrame({"capture_id": s["capture_id"], "ts": s["sent_ts"], "dialect": s["dialect"],
+                            "metric": metric[s.index], "direction": s["direction"], "method": s["method"],
+                            "value_us": s["settle_latency_us"], **{c: s[c] for c in cols}})
+    e = end_to_end(d)
+    e2e = pd.DataFrame({"capture_id": e["capture_id"], "ts": e["sent_ts"], "dialect": e["dialect"], "metric": "end_to_end",
+                        "direction": pd.NA, "method": e["method"], "value_us": e["sent_ts"] - e["p_us"],
+                        **{c: e[c] for c in cols}})
+    r = inp.requests
+    rr = pd.DataFrame({"capture_id": r["capture_id"], "ts": r["request_ts"], "dialect": r["dialect"],
+                       "metric": "request_response", "direction": pd.NA, "method": r["request"], "value_us": r["latency_us"],
+                       "connection_id": r["connection_id"], "channel": r["channel"]})
+    f = inp.control
+    opened = f[_true(((f["class_name"] == "connection") & (f["method_name"] == "open-ok"))
+                     | ((f["performative"] == "open") & (f["direction"] == "to_client")))]
+    open_ok = opened.groupby("connection_id", sort=False)["ts"].min().rename("open_ok_ts").reset_index()
+    c = inp.connections.merge(open_ok, on="connection_id", how="left")
+    amqp = (c["open_ok_ts"] - c["start_ts"]).where(_true(c["syn_seen"] & c["open_ok_ts"].notna()), pd.NA)
+    hs = lambda metric, value: pd.DataFrame({  # noqa: E731
+        "capture_id": c["capture_id"], "ts": c["start_ts"], "dialect": c["dialect"], "metric": metric, "direction": pd.NA,
+        "method": pd.NA, "value_us": value, "connection_id": c["connection_id"]})
+    conns = pd.concat([hs("tcp_handshake", c["handshake_rtt_us"]), hs("amqp_handshake", amqp)[c["dialect"].notna().to_numpy()]],
+                      ignore_index=True)
+    out = []
+    for df in (settles, e2e, rr, conns):
+        for col in ("capture_id", "dialect", "metric", "direction", "method", "connection_id"):
+            df[col] = df[col].astype(STRING)
+        df["value_us"] = df["value_us"].astype("Int64")
+        df["ts"] = df["ts"].astype("Int64")
+        if "channel" in df:
+            df["channel"] = df["channel"].astype("Int32")
+        for col in ("consumer_tag", "link_name", "queue", "exchange"):
+            if col in df:
+                df[col] = df[col].astype(STRING)
+        out.append(df.reset_index(drop=True))
+    settles, e2e, rr, conns = out
+    conn = lambda df: df["connection_id"]  # noqa: E731
+    return [(settles, delivery_entities(settles)), (e2e, delivery_entities(e2e)),
+            (rr, [("connection", conn(rr), conn(rr), None), ("channel", concat_ws("/", conn(rr), rr["channel"]), conn(rr), rr["channel"])]),
+            (conns, [("connection", conn(conns), conn(conns), None)])]
+
+
+def _routes(measured, numbers: dict, bucket_s: int) -> pa.Table:
+    """``percentiles._routes``: each measured thing once per route it has an entity in, as the columns
+    ``grouped.group_table`` reads."""
+    out = []
+    for df, specs in measured:
+        names = {kind: _text(name) for kind, name, _, _ in specs}
+        none = _str(df.index, pd.NA)
+        e = lambda kind: names.get(kind, none)  # noqa: E731
+        ch = df["channel"].astype("Int32") if "channel" in df else _int(df.index, dtype="Int32")
+        nch = _int(df.index, dtype="Int32")
+        routes = [
+            (0, df["capture_id"], none, nch, none, none, none),
+            (1, e("connection").fillna(e("channel")).fillna(e("consumer")).fillna(e("link")), e("connection"), ch,
+             e("channel"), e("consumer"), e("link")),
+            (2, e("queue").fillna(e("address")), none, nch, e("queue"), e("address"), none),
+            (3, e("exchange"), none, nch, e("exchange"), none, none),
+        ]
+        ci = df["capture_id"].map(numbers).astype("Int32")
+        metric_no = df["metric"].map({m: i + 1 for i, m in enumerate(METRICS)}).fillna(0).astype("int32")
+        bucket = bucket_of(df["ts"], bucket_s)
+        for r, key, c, chan, a, b, dd in routes:
+            keep = _true(key.notna() & ci.notna())
+            out.append(pd.DataFrame({
+                "_ci": ci[keep], "_r": np.int32(r), "_c": c[keep], "_ch": chan[keep], "_a": a[keep], "_b": b[keep],
+                "_d": dd[keep], "dialect": df["dialect"][keep], "_m": metric_no[keep], "direction": df["direction"][keep],
+                "method": df["method"][keep], "value_us": df["value_us"][keep], "bucket_us": bucket[keep]}))
+    rows = pd.concat(out, ignore_index=True)
+    schema = pa.schema([("_ci", pa.int32()), ("_r", pa.int32()), ("_c", pa.string()), ("_ch", pa.int32()),
+                        ("_a", pa.string()), ("_b", pa.string()), ("_d", pa.string()), ("dialect", pa.string()),
+                        ("_m", pa.int32()), ("direction", pa.string()), ("method", pa.string()), ("value_us", pa.int64()),
+                        ("bucket_us", pa.int64())])
+    return pa.Table.from_pandas(rows, schema=schema, preserve_index=False)
+
+
+def latency(inp: Inputs, bucket_s: int) -> pd.DataFrame:
+    caps = inp.caps()
+    ids = sorted(caps["capture_id"].dropna())
+    numbers = dict(zip(ids, range(1, len(ids) + 1)))
+    stats = _frame(pa.Table.from_batches([group_table(_routes(_measured(inp), numbers, bucket_s), bucket_s)]))
+    back = caps.assign(_ci=caps["capture_id"].map(numbers).astype("Int32"))
+    out = stats.merge(back, on="_ci", how="inner")
+    whole = _true(out["bucket_seconds"] == 0)
+    out["bucket_start"] = out["bucket_us"].where(~whole, out["first_ts"].fillna(0)).astype("Int64")
+    out["entity"] = pick(out["entity_kind"] == "capture", out["capture_id"], out["entity"], out.index)
+    return out.drop(columns=["bucket_us", "first_ts", "_ci"]).assign(exact=True)
+
+
+# ------------------------------------------------------------------ labels, row ids, the contract's types
+def label_maps(inp: Inputs) -> dict:
+    """``labels.label_maps`` as the findings driver's ``label`` reads them."""
+    ctl = inp.control
+    consume = ctl[_true((ctl["class_name"] == "basic") & (ctl["method_name"] == "consume") & ctl["consumer_tag"].notna()
+                        & (ctl["consumer_tag"] != ""))]
+    attach = ctl[_true((ctl["performative"] == "attach") & ctl["handle"].notna() & ctl["channel"].notna())]
+    return {
+        "capture": {c: cap_label(p) for c, p in zip(inp.captures["capture_id"], inp.captures["path"].astype(object))},
+        "connection": connection_labels(inp.connections),
+        "consumer": first_non_null(consume, ["connection_id", "consumer_tag"], "queue"),
+        "link": {(cid, ch, f"handle {h}"): name
+                 for (cid, ch, h), name in first_non_null(attach, ["connection_id", "channel", "handle"], "link_name").items()},
+    }
+
+
+def _value(v):
+    return None if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else v
+
+
+def finish(df: pd.DataFrame, name: str, keys: list[str], maps: dict) -> pa.Table:
+    """A table's rows with their row id and label, in the contract's columns and types."""
+    t = table_def(name)
+    df = add_row_id(df.reset_index(drop=True), keys, t)
+    cols = ["entity_kind", "connection_id", "channel", "entity", "capture_id"]
+    # a label per entity (its rows share it: every bucket, metric and direction)
+    entities = df[cols].drop_duplicates()
+    labels = [label(dict(zip(cols, map(_value, r))), maps) for r in zip(*(entities[c].astype(object) for c in cols))]
+    entities = entities.assign(entity_label=pd.Series(labels, index=entities.index, dtype=STRING))
+    df = df.merge(entities, on=cols, how="left")
+    arrays = []
+    for c in t.columns:
+        s = df[c.name] if c.name in df else pd.Series(pd.NA, index=df.index, dtype=object)
+        if c.type == "timestamp":
+            arrays.append(pa.array(s.astype("Int64"), pa.int64()).cast(c.arrow_type))
+        elif s.dtype == object:
+            arrays.append(pa.array([_value(v) for v in s], c.arrow_type))
+        else:
+            arrays.append(pa.array(s, c.arrow_type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema([pa.field(c.name, c.arrow_type) for c in t.columns]))
+
+
+KEYS = {
+    "metrics_latency": [*Frame.KEYS, "metric", "direction", "method"],
+    "metrics_settlement": [*Frame.KEYS, "direction", "measure", "value"],
+    "metrics_flow": [*Frame.KEYS, "metric", "direction"],
+    "metrics_errors": [*Frame.KEYS, "kind", "raised_by", "code", "condition"],
+}
+
+
+def tables(store, capture_ids: list[str], bucket_s: int) -> dict[str, pa.Table]:
+    """The four metric tables of ``capture_ids``, in the order they are committed (``metrics_errors`` last)."""
+    inp = Inputs(store, capture_ids)
+    maps = label_maps(inp)
+    built = {"metrics_latency": latency(inp, bucket_s), "metrics_settlement": settlement(inp, bucket_s),
+             "metrics_flow": flow(inp, bucket_s), "metrics_errors": errors(inp, bucket_s)}
+    return {name: finish(df, name, KEYS[name], maps) for name, df in built.items()}
