@@ -215,7 +215,7 @@ class Inputs:
         def read(name, columns, keep=None):
             t = table_def(name)
             schema = pa.schema([t.arrow_schema().field(c).with_nullable(True) for c in columns])
-            data = store.read_arrow(name, list(columns), capture_ids)
+            data = store.read_arrow(name, list(columns), capture_ids, threads=True)  # the run goes on after it
             data = schema.empty_table() if data.num_columns == 0 else data.cast(schema)
             return data if keep is None else data.filter(keep(data))
 
@@ -677,10 +677,8 @@ def finish(df: pd.DataFrame, name: str, keys: list[str], maps: dict) -> pa.Table
         s = df[c.name] if c.name in df else pd.Series(pd.NA, index=df.index, dtype=object)
         if c.type == "timestamp":
             arrays.append(pa.array(s.astype("Int64"), pa.int64()).cast(c.arrow_type))
-        elif s.dtype == object:
-            arrays.append(pa.array([_value(v) for v in s], c.arrow_type))
         else:
-            arrays.append(pa.array(s, c.arrow_type))
+            arrays.append(pa.array(s, c.arrow_type, from_pandas=True))
     return pa.Table.from_arrays(arrays, schema=pa.schema([pa.field(c.name, c.arrow_type) for c in t.columns]))
 
 
