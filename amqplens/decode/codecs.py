@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import cast
 
 from amqplens.decode import detect
-from amqplens.decode.redaction import DEFAULT_REDACT_HEADERS, HeaderRedactor
+from amqplens.decode.redaction import DEFAULT_REDACT_HEADERS
+from amqplens.decode.redaction import shared as redaction_for
 from amqplens.decode.streaming import Codec
 from amqplens.decode.tcp.reassembly import TLS_HANDSHAKE
 from amqplens.decode.tcp.records import TO_SERVER, ConnectionRecord
@@ -158,7 +159,7 @@ class DecodingConsumer:
         self._held: list[tuple] = []  # ("data"|"gap", args) until the codec is chosen
         self._head = b""
         self.detected: str | None = None  # the protocol header's dialect, if the client sent one
-        self._redactor = HeaderRedactor(options.redact_headers)
+        self._redactor = redaction_for(tuple(options.redact_headers))
 
     def _choose(self, first: bytes | None) -> None:
         first = first or b""
