@@ -72,14 +72,23 @@ def _listed(parts: list[pd.Series], index) -> pd.Series:
     return out.where(out != "", None)
 
 
+def _added(df: pd.DataFrame, columns: dict) -> pd.DataFrame:
+    """``df`` with ``columns`` set on it, in place (``batch`` hands each table's slice on as a shallow copy): a wide
+    slice is not copied once per extra column (``assign``: the 100 MB capture's frames copied 6 times, 4.5 of the
+    13.6 s of its batches)."""
+    for name, values in columns.items():
+        df[name] = values
+    return df
+
+
 def with_required(t: Table, df: pd.DataFrame) -> pd.DataFrame:
     parts = [pd.Series(c, index=df.index).where(df[c].isna(), None) for c in ex.required_columns(t)]
-    return df.assign(**{ex.REQUIRED_NULL: _listed(parts, df.index)})
+    return _added(df, {ex.REQUIRED_NULL: _listed(parts, df.index)})
 
 
 def with_negative(t: Table, df: pd.DataFrame) -> pd.DataFrame:
     parts = [_shown(t, df, c, df[c] < 0) for c in ex.non_negative_columns(t)]
-    return df.assign(**{ex.NEGATIVE: _listed(parts, df.index)})
+    return _added(df, {ex.NEGATIVE: _listed(parts, df.index)})
 
 
 def _micros(values: pd.Series) -> pd.Series:
@@ -100,7 +109,7 @@ def with_window(t: Table, df: pd.DataFrame, captures: pd.DataFrame, slack_s: int
         start = us + bucket if c == "bucket_start" else us
         return judged & ((start < lo) | (us > hi))
 
-    return df.assign(**{ex.OUTSIDE_WINDOW: _listed([_shown(t, df, c, outside(c)) for c in ex.window_columns(t)], df.index)})
+    return _added(df, {ex.OUTSIDE_WINDOW: _listed([_shown(t, df, c, outside(c)) for c in ex.window_columns(t)], df.index)})
 
 
 def with_reference(t: Table, df: pd.DataFrame, column: str, keys: set) -> pd.DataFrame:
@@ -121,14 +130,14 @@ def with_reference(t: Table, df: pd.DataFrame, column: str, keys: set) -> pd.Dat
         if rows:
             at = sorted(rows)
             out.iloc[at] = [missing(df[column].iloc[i]) for i in at]
-        return df.assign(**{ex.missing_column(column): out})
+        return _added(df, {ex.missing_column(column): out})
     values = df[column]
-    return df.assign(**{ex.missing_column(column): values.where(values.notna() & ~values.isin(keys), None)})
+    return _added(df, {ex.missing_column(column): values.where(values.notna() & ~values.isin(keys), None)})
 
 
 def with_connection_rows(captures: pd.DataFrame, connections: pd.DataFrame) -> pd.DataFrame:
     counts = connections.groupby("capture_id").size()
-    return captures.assign(**{ex.CONNECTION_ROWS: captures["capture_id"].map(counts).fillna(0).astype("int64")})
+    return _added(captures, {ex.CONNECTION_ROWS: captures["capture_id"].map(counts).fillna(0).astype("int64")})
 
 
 def with_accounting(connections: pd.DataFrame, frames: pd.DataFrame, decode_errors: pd.DataFrame) -> pd.DataFrame:
@@ -152,14 +161,14 @@ def with_accounting(connections: pd.DataFrame, frames: pd.DataFrame, decode_erro
     stream = sum(c[f"bytes_{d}"] - c[f"missing_bytes_{d}"] for d in ex.TO_SERVER_CLIENT)
     codec = sum(c[f"codec_error_bytes_{d}"].fillna(0) for d in ex.TO_SERVER_CLIENT)
     out[ex.CODEC_ERROR_SHARE] = (codec / stream).where(decoded & (stream > 0), None)
-    return c.assign(**out)
+    return _added(c, out)
 
 
 def with_percentile_order(t: Table, df: pd.DataFrame) -> pd.DataFrame:
     cols = ("p50_us", "p90_us", "p99_us", "max_us")
     broken = functools.reduce(lambda acc, ab: acc | (df[ab[0]] > df[ab[1]]), zip(cols, cols[1:]), pd.Series(False, index=df.index))
     shown = [_shown(t, df, c, broken & df[c].notna()) for c in cols]
-    return df.assign(**{ex.PERCENTILES_UNORDERED: _listed(shown, df.index)})
+    return _added(df, {ex.PERCENTILES_UNORDERED: _listed(shown, df.index)})
 
 
 # what the extra columns of the other tables read of a table (connections' byte accounting, captures' connection
@@ -215,18 +224,18 @@ def with_anomaly(t: Table, df: pd.DataFrame) -> pd.DataFrame:
             flags = [] if flags is None or (isinstance(flags, float) and pd.isna(flags)) else list(flags)
             return ",".join(str(f) for f in flags) if flags else None
 
-        return df.assign(**{ex.ANOMALY: pd.Series([joined(f) for f in df["flags"]], index=df.index, dtype=object)})
+        return _added(df, {ex.ANOMALY: pd.Series([joined(f) for f in df["flags"]], index=df.index, dtype=object)})
     if t.name == "flow_events":
         benign = pd.Series(False, index=df.index)
         for event, reasons in ex.REASON_NOT_ANOMALY.items():
             benign |= (df["event"] == event) & (True if reasons is None else df["reason"].isin(reasons))
-        return df.assign(**{ex.ANOMALY: df["reason"].where(df["reason"].notna() & ~benign.fillna(False).astype(bool), None)})
+        return _added(df, {ex.ANOMALY: df["reason"].where(df["reason"].notna() & ~benign.fillna(False).astype(bool), None)})
     return df
 
 
 def batch(t: Table, run: SmallRun, conf) -> pd.DataFrame:
     """``amqplens.jobs.validate.quality.batch`` for a small run: table ``t``'s rows with the columns its suite reads and no other."""
-    df = run.slice(t.name)
+    df = run.slice(t.name).copy(deep=False)  # the extra columns go on this copy, not on the run's slice
     if t.name == "captures":
         df = with_connection_rows(df, run.slice("connections"))
     elif t.name == "connections":
