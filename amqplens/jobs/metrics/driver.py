@@ -16,6 +16,7 @@ raises ``Unsupported`` and the stage runs through Spark instead.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import hashlib
 import logging
@@ -237,6 +238,15 @@ class Inputs:
         self.requests = _frame(read("request_responses", ("capture_id", "request_ts", "dialect", "request", "latency_us",
                                                           "connection_id", "channel")))
         self.decode_errors = _frame(read("decode_errors", ("capture_id", "ts", "connection_id", "stage", "reason")))
+
+    def view(self) -> "Inputs":
+        """The same inputs, each frame a shallow copy: a thread of its own reads its view (pandas may consolidate a
+        frame's blocks or fill its column cache when read: in the view's own objects, never in another thread's)."""
+        out = copy.copy(self)
+        for name, value in vars(self).items():
+            if isinstance(value, pd.DataFrame):
+                setattr(out, name, value.copy(deep=False))
+        return out
 
     def caps(self) -> pd.DataFrame:
         return self.captures[["capture_id", "capture_date", "first_ts"]].drop_duplicates("capture_id")
@@ -692,8 +702,13 @@ KEYS = {
 
 def tables(store, capture_ids: list[str], bucket_s: int) -> dict[str, pa.Table]:
     """The four metric tables of ``capture_ids``, in the order they are committed (``metrics_errors`` last)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     inp = Inputs(store, capture_ids)
     maps = label_maps(inp)
-    built = {"metrics_latency": latency(inp, bucket_s), "metrics_settlement": settlement(inp, bucket_s),
-             "metrics_flow": flow(inp, bucket_s), "metrics_errors": errors(inp, bucket_s)}
-    return {name: finish(df, name, KEYS[name], maps) for name, df in built.items()}
+    work = {"metrics_latency": latency, "metrics_settlement": settlement, "metrics_flow": flow, "metrics_errors": errors}
+    # two at a time: Arrow's and numpy's kernels (sorts, takes, hashing) leave the interpreter's lock while they run
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="amqplens-metrics") as pool:
+        built = {name: pool.submit(lambda f, name, view: finish(f(view, bucket_s), name, KEYS[name], maps), f, name,
+                                   inp.view()) for name, f in work.items()}
+        return {name: b.result() for name, b in built.items()}
