@@ -161,6 +161,7 @@ def with_entities(df: pd.DataFrame, specs) -> pd.DataFrame:
 
 def with_buckets(df: pd.DataFrame, caps: pd.DataFrame, bucket_s: int, ts: str = "ts") -> pd.DataFrame:
     """``frame.with_buckets``: each row in its time bucket and in the whole capture (an inner join with the captures)."""
+    # rows: caps holds one row per capture (``Inputs.caps``): df's, then x 2
     d = df.merge(caps[["capture_id", "capture_date", "first_ts"]], on="capture_id", how="inner")
     timed = d.assign(bucket_start=bucket_of(d[ts], bucket_s), bucket_seconds=np.int32(bucket_s))
     whole = d.assign(bucket_start=d["first_ts"].fillna(0).astype("Int64"), bucket_seconds=np.int32(0))
@@ -354,6 +355,7 @@ def errors(inp: Inputs, bucket_s: int) -> pd.DataFrame:
     b = f[_true(f["decode_error"].notna())]
     bad = _error_rows(b, b["ts"], b["dialect"], "decode_error", pd.NA, pd.NA, "frame:" + first_part(b["decode_error"], ":"))
     e = inp.decode_errors
+    # rows: one caps row per capture: decode_errors
     e = e[_true(e["stage"] != STAGE_FRAME)].merge(inp.caps()[["capture_id", "first_ts"]], on="capture_id", how="inner")
     decode = _error_rows(e, e["ts"].fillna(e["first_ts"]).fillna(0), pd.NA, "decode_error", pd.NA, pd.NA,
                          concat_ws(":", e["stage"], e["reason"]))
@@ -388,6 +390,7 @@ def _intervals(inp: Inputs) -> pd.DataFrame:
     ev = ev.assign(stream_offset=pd.to_numeric(last, errors="coerce").astype("Int64"))
     conn = inp.connections[["connection_id", "dialect", "end_ts"]].rename(columns={"end_ts": "conn_end"})
     conn = conn[conn["connection_id"].notna()].drop_duplicates("connection_id")
+    # rows: connection_id is unique in conn (nulls left out): flow_events
     iv = ev.merge(conn, on="connection_id", how="left")
     iv = iv.sort_values([*ENTITY, "ts", "stream_offset", "event_id"], na_position="first", kind="stable")
     nxt = iv.groupby(list(ENTITY), dropna=False, sort=False)["ts"].shift(-1).astype("Int64")
@@ -412,6 +415,7 @@ def _intervals(inp: Inputs) -> pd.DataFrame:
 def _cut(iv: pd.DataFrame, caps: pd.DataFrame, bucket_s: int) -> pd.DataFrame:
     """``flow._cut``: each interval in the bucket it starts in, the one it ends in (once if the same) and the whole."""
     b = bucket_s * 1_000_000
+    # rows: one caps row per capture: the intervals, then each in <= 2 buckets and the whole (<= 3 x intervals)
     iv = iv.drop(columns=["capture_date"], errors="ignore").merge(caps, on="capture_id", how="inner")
     s0 = bucket_of(iv["t0"], bucket_s)
     s1 = bucket_of(greatest(iv["t1"] - 1, iv["t0"]), bucket_s)
@@ -470,6 +474,7 @@ def _heartbeat_metrics(inp: Inputs, bucket_s: int) -> pd.DataFrame:
     """``flow._heartbeat_metrics`` with each frame a slot of its own (the same rows as counted per slot)."""
     conn = inp.connections[["connection_id", "heartbeat", "server_idle_timeout_ms", "client_idle_timeout_ms"]]
     conn = conn[conn["connection_id"].notna()].drop_duplicates("connection_id")
+    # rows: connection_id is unique in conn: frames (each its own slot), then x 2 buckets
     f = inp.frames.merge(conn, on="connection_id", how="inner")
     idle = f["server_idle_timeout_ms"].where(_true(f["direction"] == "to_server"), f["client_idle_timeout_ms"])
     value = (idle.astype("Float64") / 1000.0).where(_true(f["dialect"] == "1.0"), f["heartbeat"].astype("Float64"))
@@ -579,6 +584,7 @@ def _measured(inp: Inputs) -> list:
     opened = f[_true(((f["class_name"] == "connection") & (f["method_name"] == "open-ok"))
                      | ((f["performative"] == "open") & (f["direction"] == "to_client")))]
     open_ok = opened.groupby("connection_id", sort=False)["ts"].min().rename("open_ok_ts").reset_index()
+    # rows: open_ok holds one row per connection: connections
     c = inp.connections.merge(open_ok, on="connection_id", how="left")
     amqp = (c["open_ok_ts"] - c["start_ts"]).where(_true(c["syn_seen"] & c["open_ok_ts"].notna()), pd.NA)
     hs = lambda metric, value: pd.DataFrame({  # noqa: E731
@@ -645,6 +651,7 @@ def latency(inp: Inputs, bucket_s: int) -> pd.DataFrame:
     numbers = dict(zip(ids, range(1, len(ids) + 1)))
     stats = _frame(pa.Table.from_batches([group_table(_routes(_measured(inp), numbers, bucket_s), bucket_s)]))
     back = caps.assign(_ci=caps["capture_id"].map(numbers).astype("Int32"))
+    # rows: one row per capture number on the right: the groups
     out = stats.merge(back, on="_ci", how="inner")
     whole = _true(out["bucket_seconds"] == 0)
     out["bucket_start"] = out["bucket_us"].where(~whole, out["first_ts"].fillna(0)).astype("Int64")
@@ -681,6 +688,7 @@ def finish(df: pd.DataFrame, name: str, keys: list[str], maps: dict) -> pa.Table
     entities = df[cols].drop_duplicates()
     labels = [label(dict(zip(cols, map(_value, r))), maps) for r in zip(*(entities[c].astype(object) for c in cols))]
     entities = entities.assign(entity_label=pd.Series(labels, index=entities.index, dtype=STRING))
+    # rows: entities holds each tuple once (nulls match nulls, as the tuples came from df): df's
     df = df.merge(entities, on=cols, how="left")
     arrays = []
     for c in t.columns:
