@@ -25,8 +25,6 @@ REPLACE_DIR = "_rk"  # staging sub-folder per replace-key value: <table>/_stagin
 # until it is encoded at once, so this bounds a worker's extra memory (~10 MB per open file) more than it
 # shapes the reads; the lifecycle tasks keep three files open.
 GROUP_ROWS = 16384
-
-
 TRIM_ROWS = 16_384  # a flushed row group of at least this many rows hands its freed pages back to the system
 
 
@@ -146,9 +144,9 @@ class StagedWriter:
 
     def _flush(self, f: dict) -> None:
         rows = f["pending_rows"]
-        if f["pending_rows"]:
-            f["writer"].write_table(pa.Table.from_batches(f["pending"], self.schema), row_group_size=f["pending_rows"])
-            f["rows"] += f["pending_rows"]
+        if rows:
+            f["writer"].write_table(pa.Table.from_batches(f["pending"], self.schema), row_group_size=rows)
+            f["rows"] += rows
         f["pending"], f["pending_rows"] = [], 0
         # the group's buffers are free now: hand the allocator's free pages back (malloc_trim with the system
         # pool), or a worker's RSS keeps the high-water mark of every task it ran; not after a small group (a small

@@ -445,9 +445,13 @@ class TableStore:
         staged = self.stage(name, run_id)
         writer = staged.writer(0)
         partitions: dict[str, dict[str, str]] = {}
-        for unit in units:
-            rows = data.filter(pc.equal(data.column(rkey), pa.scalar(unit, pa.string())))
-            if not rows.num_rows:
+        # the rows by unit, each unit's a slice: one sort, not a filter of every row per unit (303 captures)
+        data = data.take(pc.sort_indices(data, [(rkey, "ascending")]))
+        at = 0
+        for run in pc.value_counts(data.column(rkey)).to_pylist():
+            unit, rows = run["values"], data.slice(at, run["counts"])
+            at += run["counts"]
+            if unit not in units:
                 continue
             # the partition columns are not nullable (amqplens/contracts): each value is a str, not None
             partitions[unit] = {k: cast(str, _partition_str(rows.column(k)[0].as_py())) for k in t.partition_by}
