@@ -5,8 +5,8 @@ few thousand rows (10 s of a 0.94 MB capture's 23 s run). Here the tables the st
 snapshot's files of the captures to do with pyarrow (the columns each metric reads), the rows are computed column by
 column in pandas and numpy as the Spark queries compute them (each function below names the one it follows), the
 rows are labelled as ``amqplens.jobs.labels`` labels them, and each table is written with pyarrow
-(``TableStore.write_arrow``), ``metrics_errors`` last. Python runs per table and per output row (its id and label),
-never per frame or delivery.
+(``TableStore.write_arrow``), ``metrics_errors`` last; two tables at a time, in driver threads. Python runs per table,
+per distinct entity (its label) and per output row (its id's hash), never per frame or delivery.
 
 The Spark queries (settlement.py, faults.py, flow.py, percentiles.py with grouped.py and e2e.py) stay the reference
 and the path for larger lakes: a test runs both on every fixture and compares every column of every row. What the
@@ -132,11 +132,6 @@ def group(df: pd.DataFrame, keys: list[str]):
     return df.groupby(keys, dropna=False, sort=False)
 
 
-def _sum(s):
-    """Spark's ``sum``: of the non-null values, null when there are none."""
-    return s.sum(min_count=1)
-
-
 # ------------------------------------------------------------------ the shape every metric table shares (frame.py)
 def with_entities(df: pd.DataFrame, specs) -> pd.DataFrame:
     """``frame.with_entities``: one row per (row, entity it counts for), the capture always.
@@ -214,12 +209,11 @@ class Inputs:
     """What the four tables read of the captures to do, as pandas (nullable dtypes, times in microseconds)."""
 
     def __init__(self, store, capture_ids: list[str]):
-        def read(name, columns, keep=None):
+        def read(name, columns):
             t = table_def(name)
             schema = pa.schema([t.arrow_schema().field(c).with_nullable(True) for c in columns])
             data = store.read_arrow(name, list(columns), capture_ids, threads=True)  # the run goes on after it
-            data = schema.empty_table() if data.num_columns == 0 else data.cast(schema)
-            return data if keep is None else data.filter(keep(data))
+            return schema.empty_table() if data.num_columns == 0 else data.cast(schema)
 
         self.captures = _frame(read("captures", ("capture_id", "capture_date", "first_ts", "path")))
         frames = read("frames", tuple(dict.fromkeys((*CONTROL_COLUMNS, "frame_type"))))
