@@ -2,6 +2,8 @@
 row of the four tables the same, on the fixtures' lake (every real-broker capture, the demo, the 0-10 captures, a
 capture of the same messages 1 us later) and on a lake of wild input.
 
+(`tests/logs/test_ingest_logs_e2e.py` compares them on a lake of broker logs, traces and captures too.)
+
 Bad input tried (the wild lake): every fixture cut at a random offset, bit flips in four, records duplicated and
 reordered in two, the synthetic hostile files (a frame claiming 4 GiB, tables nested 10,000 deep, a 1.0 list claiming
 2^32 - 1 elements, HTTP and TLS on the AMQP port), the fuzz corpus' captures (a timestamp near 2^64 units, an
