@@ -380,8 +380,11 @@ ENTITY = ("connection_id", "entity", "channel", "consumer_tag", "link_handle")
 def _intervals(inp: Inputs) -> pd.DataFrame:
     """``flow._intervals``: each flow event's state from its time to the entity's next event (or the connection's end)."""
     ev = inp.flow_events
-    last = ev["frame_id"].map(lambda v: None if v is None or v is pd.NA else v.split("-")[-1], na_action="ignore")
-    ev = ev.assign(stream_offset=pd.to_numeric(last, errors="coerce").astype("Int64"))
+    # the causing frame's stream_offset: the digits after the frame_id's last "-" (Spark: element_at(split(..), -1)
+    # cast to long), in Arrow; what is not a number of at most 18 digits is null, never an error
+    last = pc.extract_regex(_sarr(ev["frame_id"]), r"(?:^|-)(?P<o>\d{1,18})$")
+    offset = pc.cast(pc.struct_field(last, [0]), pa.int64())
+    ev = ev.assign(stream_offset=pd.Series(pd.array(offset.to_pandas(types_mapper=pd.ArrowDtype).astype("Int64")), index=ev.index))
     conn = inp.connections[["connection_id", "dialect", "end_ts"]].rename(columns={"end_ts": "conn_end"})
     conn = conn[conn["connection_id"].notna()].drop_duplicates("connection_id")
     # rows: connection_id is unique in conn (nulls left out): flow_events
