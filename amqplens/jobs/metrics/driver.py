@@ -468,27 +468,75 @@ def _state_metrics(inp: Inputs, bucket_s: int) -> pd.DataFrame:
 
 
 def _heartbeat_metrics(inp: Inputs, bucket_s: int) -> pd.DataFrame:
-    """``flow._heartbeat_metrics`` with each frame a slot of its own (the same rows as counted per slot)."""
+    """``flow._heartbeat_metrics`` with each frame a slot of its own (the same rows as counted per slot), on integer
+    codes: the frames ordered per (connection, direction) by time, each frame's gap to the one before and the
+    heartbeats it missed in arrays, counted per (capture, connection, dialect, direction, bucket) and those counts
+    summed again for the whole capture; the key columns' text comes back only for the groups."""
     conn = inp.connections[["connection_id", "heartbeat", "server_idle_timeout_ms", "client_idle_timeout_ms"]]
-    conn = conn[conn["connection_id"].notna()].drop_duplicates("connection_id")
-    # rows: connection_id is unique in conn: frames (each its own slot), then x 2 buckets
-    f = inp.frames.merge(conn, on="connection_id", how="inner")
-    idle = f["server_idle_timeout_ms"].where(_true(f["direction"] == "to_server"), f["client_idle_timeout_ms"])
-    value = (idle.astype("Float64") / 1000.0).where(_true(f["dialect"] == "1.0"), f["heartbeat"].astype("Float64"))
-    f["interval_s"] = value.where(_true(value > 0), pd.NA).astype("Float64")
-    f["is_hb"] = pd.Series(f["frame_type"].isin(["heartbeat", "empty"]).astype("int64"), dtype="Int64").where(
-        f["frame_type"].notna(), pd.NA)
-    f = f.sort_values(["connection_id", "direction", "ts"], na_position="first", kind="stable")
-    prev = f.groupby(["connection_id", "direction"], dropna=False, sort=False)["ts"].shift(1).astype("Int64")
-    gap = (f["ts"] - prev).astype("Float64") / 1e6
-    over = _true(gap > f["interval_s"])
-    missed = np.floor((gap / f["interval_s"]).to_numpy(dtype="float64", na_value=np.nan))
-    f["missed"] = pd.Series(np.where(over, np.nan_to_num(missed), 0).astype(np.int64), index=f.index, dtype="Int64")
-    f = f.assign(entity_kind="connection", entity=f["connection_id"], channel=_int(f.index, dtype="Int32"))
-    rows = with_buckets(f, inp.caps(), bucket_s)
-    g = group(rows, [*Frame.KEYS, "direction"])
-    agg = pd.DataFrame({"sent": g["is_hb"].sum(min_count=1), "missed": g["missed"].sum(min_count=1),
-                        "interval_s": g["interval_s"].max()}).reset_index()
+    conn = conn[conn["connection_id"].notna()].drop_duplicates("connection_id").reset_index(drop=True)
+    f = inp.frames
+    # rows: connection_id is unique in conn (the inner join as an index lookup): the frames of known connections
+    at = pd.Index(conn["connection_id"]).get_indexer(f["connection_id"])
+    keep = at >= 0
+    f, at = f[keep], at[keep]
+    c = conn.iloc[at]
+    to_server = _true(f["direction"] == "to_server")
+    idle = np.where(to_server, c["server_idle_timeout_ms"].to_numpy("float64", na_value=np.nan),
+                    c["client_idle_timeout_ms"].to_numpy("float64", na_value=np.nan))
+    value = np.where(_true(f["dialect"] == "1.0"), idle / 1000.0, c["heartbeat"].to_numpy("float64", na_value=np.nan))
+    interval = np.where(value > 0, value, np.nan)  # NaN: null (no interval, or not above 0)
+    known = f["frame_type"].notna().to_numpy()
+    hb = f["frame_type"].isin(["heartbeat", "empty"]).to_numpy(dtype=bool) & known
+    ts_null = f["ts"].isna().to_numpy()
+    ts = f["ts"].to_numpy("int64", na_value=0)
+    direction, dir_names = pd.factorize(f["direction"], use_na_sentinel=False)
+    # each (connection, direction) in time order, a null time first (as Spark's window orders them)
+    order = np.lexsort((np.where(ts_null, np.iinfo(np.int64).min, ts), direction, at))
+    same = np.zeros(len(order), bool)
+    same[1:] = (at[order][1:] == at[order][:-1]) & (direction[order][1:] == direction[order][:-1])
+    t = ts[order]
+    gap_ok = same & ~ts_null[order] & np.r_[False, ~ts_null[order][:-1]]
+    gap = np.where(gap_ok, (t - np.r_[0, t[:-1]]) / 1e6, np.nan)
+    iv = interval[order]
+    over = gap_ok & (gap > iv)  # a NaN interval compares false
+    missed = np.zeros(len(order), np.int64)
+    missed[over] = np.floor(gap[over] / iv[over]).astype(np.int64)
+    b = bucket_s * 1_000_000
+    bucket = np.floor(t / b).astype(np.int64) * b
+    cap, cap_names = pd.factorize(f["capture_id"].iloc[order], use_na_sentinel=False)
+    dialect, dialect_names = pd.factorize(f["dialect"].iloc[order], use_na_sentinel=False)
+    slots = pd.DataFrame({"_cap": cap, "_conn": at[order], "_dialect": dialect, "_dir": direction[order],
+                          "_bucket": np.where(ts_null[order], -1, bucket), "_bnull": ts_null[order],
+                          "sent": pd.Series(hb[order].astype(np.int64), dtype="Int64").where(known[order], pd.NA),
+                          "missed": missed, "interval_s": pd.array(iv, dtype="Float64")})
+    # rows: one per (capture, connection, dialect, direction, bucket), then one per (capture, connection, dialect,
+    # direction) for the whole capture: each <= frames
+    whole_keys = ["_cap", "_conn", "_dialect", "_dir"]
+    per = slots.groupby([*whole_keys, "_bucket", "_bnull"], sort=False)
+    timed = pd.DataFrame({"sent": per["sent"].sum(min_count=1), "missed": per["missed"].sum(),
+                          "interval_s": per["interval_s"].max()}).reset_index()
+    per = timed.groupby(whole_keys, sort=False)
+    whole = pd.DataFrame({"sent": per["sent"].sum(min_count=1), "missed": per["missed"].sum(),
+                          "interval_s": per["interval_s"].max()}).reset_index()
+    caps = inp.caps().set_index("capture_id")
+    first = caps["first_ts"].reindex(cap_names)
+    parts = []
+    for rows, bucketed in ((timed, True), (whole, False)):
+        cid = pd.Series(np.asarray(cap_names, dtype=object)[rows["_cap"]], dtype=STRING)
+        known_cap = cid.isin(caps.index).to_numpy()  # the inner join with captures
+        rows, cid = rows[known_cap].reset_index(drop=True), cid[known_cap].reset_index(drop=True)
+        start = (pd.Series(rows["_bucket"].to_numpy(), dtype="Int64").where(~rows["_bnull"].to_numpy(), pd.NA) if bucketed
+                 else pd.Series(first.to_numpy()[rows["_cap"]], dtype="Int64").fillna(0))
+        conn_id = conn["connection_id"].iloc[rows["_conn"]].reset_index(drop=True).astype(STRING)
+        parts.append(pd.DataFrame({
+            "capture_id": cid, "capture_date": caps["capture_date"].reindex(cid).to_numpy(), "bucket_start": start,
+            "bucket_seconds": pd.Series(bucket_s if bucketed else 0, index=rows.index, dtype="Int32"),
+            "entity_kind": _str(rows.index, "connection"), "entity": conn_id, "connection_id": conn_id,
+            "channel": _int(rows.index, dtype="Int32"),
+            "dialect": pd.Series(np.asarray(dialect_names, dtype=object)[rows["_dialect"]], dtype=STRING),
+            "direction": pd.Series(np.asarray(dir_names, dtype=object)[rows["_dir"]], dtype=STRING),
+            "sent": rows["sent"], "missed": rows["missed"], "interval_s": rows["interval_s"]}))
+    agg = pd.concat(parts, ignore_index=True)
     specs = [("heartbeats_sent", agg["sent"].astype("Float64")), ("heartbeat_interval_s", agg["interval_s"].astype("Float64")),
              ("missed_heartbeats", agg["missed"].astype("Float64").where(agg["interval_s"].notna(), pd.NA))]
     out = pd.concat([agg[[*Frame.KEYS, "direction"]].assign(metric=name, value=value) for name, value in specs],
