@@ -75,10 +75,11 @@ _PANDAS = {pa.string(): pd.StringDtype(), pa.large_string(): pd.StringDtype(), p
            pa.float64(): pd.Float64Dtype(), pa.bool_(): pd.BooleanDtype()}
 
 
-def _frame(data: pa.Table) -> pd.DataFrame:
-    """Arrow -> pandas with nullable dtypes; timestamps as int64 microseconds."""
+def _frame(data: pa.Table, types: dict | None = None) -> pd.DataFrame:
+    """Arrow -> pandas with nullable dtypes (``types``: Arrow type -> pandas dtype, default ``_PANDAS``); timestamps as
+    int64 microseconds."""
     cols = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in data.columns]
-    return pa.table(cols, names=data.column_names).to_pandas(types_mapper=_PANDAS.get)
+    return pa.table(cols, names=data.column_names).to_pandas(types_mapper=(types or _PANDAS).get)
 
 
 class _Reader:

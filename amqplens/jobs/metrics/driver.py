@@ -30,11 +30,14 @@ from amqplens.contracts import table as table_def
 from amqplens.contracts import expectations as ex
 from amqplens.decode.common.rows import STAGE_FRAME
 from amqplens.jobs.findings.driver import _PANDAS, connection_labels, first_non_null, label
+from amqplens.jobs.findings.driver import _frame as _nullable
 from amqplens.jobs.labels import cap_label
 from amqplens.jobs.metrics.e2e import AGAIN, FIRST, NULL_US, PUBLISH, REQUEUE, REQUEUED, fifo_columns
+from amqplens.jobs.metrics.flow import ENTITY
 from amqplens.jobs.metrics.frame import Frame
 from amqplens.jobs.metrics.grouped import METRICS, group_table
 from amqplens.jobs.metrics.inputs import CONTROL_COLUMNS, DELIVERY_COLUMNS
+from amqplens.jobs.metrics.percentiles import E2E_COLUMNS
 from amqplens.jobs.metrics.settlement import UNSETTLED_AT_CLOSE
 
 log = logging.getLogger(__name__)
@@ -46,8 +49,7 @@ _TYPES = {**_PANDAS, pa.string(): STRING, pa.large_string(): STRING}
 
 def _frame(data: pa.Table) -> pd.DataFrame:
     """Arrow -> pandas with nullable dtypes (strings kept in Arrow); timestamps as int64 microseconds."""
-    cols = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in data.columns]
-    return pa.table(cols, names=data.column_names).to_pandas(types_mapper=_TYPES.get)
+    return _nullable(data, _TYPES)
 
 
 class Unsupported(Exception):
@@ -374,9 +376,6 @@ def errors(inp: Inputs, bucket_s: int) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------ metrics_flow (flow.py)
-ENTITY = ("connection_id", "entity", "channel", "consumer_tag", "link_handle")
-
-
 def _intervals(inp: Inputs) -> pd.DataFrame:
     """``flow._intervals``: each flow event's state from its time to the entity's next event (or the connection's end)."""
     ev = inp.flow_events
@@ -550,10 +549,6 @@ def flow(inp: Inputs, bucket_s: int) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------ metrics_latency (percentiles.py, e2e.py, grouped.py)
-E2E_PAYLOAD = ("capture_id", "sent_ts", "dialect", "method", "connection_id", "channel", "consumer_tag", "link_name",
-               "queue", "exchange")
-
-
 def match_key(d: pd.DataFrame) -> pd.Series:
     """``e2e.match_key``."""
     idx = d.index
@@ -568,7 +563,7 @@ def end_to_end(d: pd.DataFrame) -> pd.DataFrame:
     """``e2e.end_to_end``: the deliveries from the broker with ``p_us``, their publish's time (null: unmatched), by
     ``fifo_columns`` over the events of every key sorted as its shuffle sorts them."""
     d = d.assign(_key=match_key(d))
-    payload = list(E2E_PAYLOAD)
+    payload = list(E2E_COLUMNS)  # what latency reads of the matched deliveries, as the Spark path hands on
     dels = d[_true(d["direction"] == "from_broker")]
     keyless = dels[dels["_key"].isna().to_numpy()][payload]
     keyless = keyless.assign(p_us=_int(keyless.index))
@@ -609,7 +604,7 @@ def _measured(inp: Inputs) -> list:
     """``percentiles._measured``: each kind of measured thing (its rows, its entities as ``with_entities`` specs)."""
     d = inp.deliveries
     conds = [_true((d["method"] == "publish") & (d["settle_mode"] == "confirm")),
-             _true(d["method"].isin(["deliver", "get-ok"]) & d["method"].notna() & (d["settle_mode"] != "auto_ack")),
+             _true(d["method"].isin(["deliver", "get-ok"]) & (d["settle_mode"] != "auto_ack")),
              _true((d["method"] == "transfer") & (d["outcome"] != "presettled"))]
     metric = pd.Series(np.select(conds, ["publish_confirm", "deliver_settle", "transfer_settle"], ""), index=d.index)
     s = d[(metric != "").to_numpy()]
