@@ -446,6 +446,17 @@ class ValidateSettings(_Section):
         "pandas engine); a larger one through Spark (each table's checks counted in one aggregate, the tally validated by "
         "GX, the checks it does not pass by GX's Spark engine); 0: always Spark. pandas holds a table in the driver; on "
         "a 100 MB capture (256k frames) the pandas path took 63 s, the Spark path 129 s (before the one-pass count)")
+    tally: Annotated[str, *Choice("auto", "driver", "spark")] = setting(
+        "auto", "past `validate.pandas_max_rows`, where each table's checks are counted before GX validates the counts: "
+        "`driver` (delta-rs scans in record batches and Arrow compute: no Spark job; amqplens/jobs/validate/columnar.py), "
+        "`spark` (one Spark aggregate per table and one job per reference target: the reference, and the path for "
+        "large lakes), `auto` = the driver while the run's largest table holds at most `validate.tally_driver_max_rows` "
+        "rows. The same counts either way (a test compares them); the checks a count does not pass are validated by "
+        "GX's Spark engine on the rows either way, with samples")
+    tally_driver_max_rows: Annotated[int, *Int(0)] = setting(
+        10_000_000, "`validate.tally` auto: the rows of the run's largest table up to which the counts run on the driver "
+        "(it holds each table's key column and the values that name other tables' keys: about 100 bytes per row of the "
+        "largest table)")
 
 
 class Settings(_Section):

@@ -8,12 +8,14 @@ and handed to its GX checkpoint as the batch parameter ``dataframe``. When no
 table of the run has more than ``validate.pandas_max_rows`` rows (the Delta
 log's statistics tell, without a Spark job), the rows are read with delta-rs,
 the extra columns computed in pandas (small.py) and GX's pandas engine
-validates them: no Spark job at all. Otherwise each batch is a Spark DataFrame
-whose checks are counted in one aggregate (tally.py: one Spark job per table);
-GX validates that tally, and only the checks it does not pass are validated by
-GX's Spark engine on the batch, with samples of the offending rows (engine.py).
-Both paths give the same outcomes (a test runs both on the same lake and
-compares every one).
+validates them: no Spark job at all. Otherwise each table's checks are counted
+first: on the driver while the largest table holds at most
+``validate.tally_driver_max_rows`` rows (columnar.py: delta-rs scans in record
+batches, Arrow compute, no Spark job), else in one Spark aggregate per table
+(tally.py); GX validates those counts, and only the checks they do not pass are
+validated by GX's Spark engine on the table's rows, with samples of the
+offending rows (engine.py). Every path gives the same outcomes (tests run them on
+the same lakes and compare every count and every outcome).
 GX runs in an ephemeral context whose only files are under ``<lake>/_quality``:
 the validation results (``validations/``) and the data docs (``data_docs/``),
 next to one JSON summary per run (``runs/<run_id>.json``). A failed critical
@@ -88,12 +90,13 @@ def batches(store, ids: list[str], conf: Config):
             source.close()
 
 
-def tallied(items, settings, parallel: int):
+def tallied(items, settings, parallel: int, on_driver=None):
     """``items`` (``batches``) as ``(table, rows, batch, tally or None)``: the Spark batches (quality.SparkBatch) are counted first
     (tally.py; their references by one job per target table, quality.reference_jobs), these Spark jobs ``parallel``
     at a time from driver threads (each is one aggregate of a few stages of one or two tasks, so one table's scan
     overlaps another's planning and small stages; GX then validates one table at a time, its context not shared
-    between threads). A pandas batch (a small run) is passed on as it comes, so the driver holds one at a time;
+    between threads). ``on_driver``: a callable counting the named tables on the driver instead (columnar.py: no Spark
+    job), ``{table: tally}``. A pandas batch (a small run) is passed on as it comes, so the driver holds one at a time;
     tables without rows keep their place."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -112,7 +115,9 @@ def tallied(items, settings, parallel: int):
             held.append((t, n, df))
     spark_batches = [(t, b) for t, _, b in held if b is not None]
     counts: dict = {}
-    if spark_batches:
+    if spark_batches and on_driver is not None:
+        counts = on_driver([t.name for t, _ in spark_batches])
+    elif spark_batches:
         t0 = time.monotonic()
         refs = quality.reference_jobs(spark_batches[0][1].tables, [t.name for t, _ in spark_batches])
         elsewhere = {t.name: frozenset(ex.reference_check(t, c) for c in ex.references(t)) for t, _ in spark_batches}
@@ -128,6 +133,36 @@ def tallied(items, settings, parallel: int):
     yield from ((t, n, b, counts.get(t.name)) for t, n, b in held)  # b.full(), GX's batch, built only if GX needs it
 
 
+def _tally_on_driver(store, ids: list[str], conf: Config, settings):
+    """The Spark path's tallies counted on the driver (columnar.py), when ``validate.tally`` says so (``driver``, or
+    ``auto`` while the run's largest table holds at most ``validate.tally_driver_max_rows`` rows) and the run is past
+    ``validate.pandas_max_rows``: started at once in a driver thread (Arrow's scans and kernels leave the GIL, so
+    they overlap GX's context and checkpoints), a callable ``names -> {table: tally}`` waiting for them; else None."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from amqplens.contracts import ALL_TABLES
+    from amqplens.jobs.validate import columnar
+
+    rows = {name: store.rows(name, ids) for name in ALL_TABLES}
+    largest = max(rows.values(), default=0)
+    engine = conf["validate.tally"]
+    if largest <= conf["validate.pandas_max_rows"] or engine == "spark" or (
+            engine == "auto" and largest > conf["validate.tally_driver_max_rows"]):
+        return None
+    names = [name for name, n in rows.items() if n]
+    import great_expectations  # noqa: F401  here, not in both threads at once (GX's modules import each other)
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amqplens-tally")
+    counting = pool.submit(columnar.count_tables, store, ids, names, settings, conf["validate.window_slack_s"])
+    pool.shutdown(wait=False)  # the thread ends with its one task
+
+    def counted(wanted: list[str]) -> dict:
+        counts = counting.result()
+        return {name: counts[name] for name in wanted}
+
+    return counted
+
+
 def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> dict:
     """Validate every table's rows of the given captures; returns the summary or raises ValidationFailed."""
     from amqplens.lake.store import TableStore
@@ -137,6 +172,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     store = TableStore(spark, conf["lake.root"])
     quality = quality_dir(store)
     ids = _capture_ids(store, capture_ids)
+    on_driver = _tally_on_driver(store, ids, conf, Settings.from_config(conf))
     suites = Suites(gx_context(quality), Settings.from_config(conf), conf["validate.sample_keys"])
     from great_expectations.core.run_identifier import RunIdentifier
 
@@ -145,7 +181,7 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     rows: dict[str, int] = {}
     items = batches(store, ids, conf)
     try:
-        for t, n, df, counted in tallied(items, suites.settings, conf["validate.concurrent_tables"]):
+        for t, n, df, counted in tallied(items, suites.settings, conf["validate.concurrent_tables"], on_driver):
             t0 = time.monotonic()
             rows[t.name] = n
             if df is None:

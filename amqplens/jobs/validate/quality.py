@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from amqplens.contracts import ALL_TABLES, Table, table
+from amqplens.contracts import Table, table
 from amqplens.contracts import expectations as ex
 
 SOURCE_CAPTURE = "capture"  # rows read off the wire (other sources: logs and traces, whose times are not packet times)
@@ -224,12 +224,24 @@ def with_percentile_order(df, text: bool = True):
     return df.withColumn(ex.PERCENTILES_UNORDERED, _listed([(broken, F.concat_ws(", ", *(_shown(c) for c in cols)))], text))
 
 
+class _Slices(dict):
+    """table -> its run slice (a Spark DataFrame), read when first asked for."""
+
+    def __init__(self, store, ids: list[str]):
+        super().__init__()
+        self.store, self.ids = store, ids
+
+    def __missing__(self, name: str):
+        self[name] = self.store.read(name, self.ids)
+        return self[name]
+
+
 class RunTables:
     """The run's slice of every table, and the projections several checks share, each computed once and cached."""
 
     def __init__(self, store, ids: list[str]):
         self.store, self.ids = store, ids
-        self.slices = {name: store.read(name, ids) for name in ALL_TABLES}
+        self.slices = _Slices(store, ids)  # each read when first used: a run counted on the driver may read none
         self._cached: dict = {}
 
     def _cache(self, name, make):

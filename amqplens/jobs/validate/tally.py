@@ -93,7 +93,7 @@ def offending(check: ex.Check):
 MEAN = "ExpectColumnMeanToBeBetween"
 
 
-def _key_columns(check: ex.Check) -> list[str]:
+def key_columns(check: ex.Check) -> list[str]:
     """The key columns of a uniqueness check (counted by a group-by of its own), else []."""
     kind = check.expectation_type.__name__
     if kind == "ExpectColumnValuesToBeUnique":
@@ -144,7 +144,7 @@ def count(t: Table, df, settings: ex.Settings, elsewhere: frozenset[str] = froze
     exprs = {c.name: None if c.name in elsewhere else offending(c) for c in checks}
     here = {name: e for name, e in exprs.items() if e is not None}
     aliases = {name: f"_c{i}" for i, name in enumerate(here)}  # check names hold dots: Spark reads them as fields
-    keyed = {c.name: _key_columns(c) for c in checks if _key_columns(c)}
+    keyed = {c.name: key_columns(c) for c in checks if key_columns(c)}
     one = df.agg(F.count(F.lit(1)).alias(ROWS), *(e.alias(aliases[name]) for name, e in here.items()
                                                      if name not in keyed))
     for name, cols in keyed.items():
