@@ -218,12 +218,13 @@ class TableStore:
             df = df.where(F.col(t.replace_by[0]).isin(list(units)))
         return df
 
-    def read_arrow(self, name: str, columns: Sequence[str], units=None, *, threads: bool = False) -> pa.Table:
+    def read_arrow(self, name: str, columns: Sequence[str], units=None, *, threads: bool = False, where=None) -> pa.Table:
         """The current snapshot's ``columns`` of the rows whose ``replace_by`` value is one of ``units`` (None: every
         row), read by delta-rs on the driver: no Spark job, for a stage that only looks a few rows up (the captures
         table holds one row per capture). Empty, with no columns, if the table does not exist.
 
-        ``threads``: scan with Arrow's thread pool. Off by default: a lookup is the last thing a run does before the
+        ``where``: a pyarrow dataset expression the rows must meet, applied batch by batch as the files are read (only
+        the rows kept are held). ``threads``: scan with Arrow's thread pool. Off by default: a lookup is the last thing a run does before the
         interpreter exits, and a scan's threads still winding down then abort the process (``terminate called
         without an active exception``, exit 134: 6 of 10 runs of a session plus a lookup, none without threads).
 
@@ -240,6 +241,8 @@ class TableStore:
         files, exact = self.unit_files(name, dt, units)
         data = self.dataset(name, files)
         wanted = None if exact else pc.field(rkey).isin(pa.array(list(units or ()), pa.string()))
+        if where is not None:
+            wanted = where if wanted is None else wanted & where
         return data.to_table(columns=list(columns), use_threads=threads, filter=wanted)
 
     def dataset(self, name: str, files: Sequence[tuple[str, str, int]]):

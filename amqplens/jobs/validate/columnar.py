@@ -178,6 +178,14 @@ def _repeats(columns: dict[str, list]) -> int:
     return data.num_rows - data.group_by(list(columns)).aggregate([]).num_rows
 
 
+def _joined(batches: list[pa.RecordBatch]):
+    """``batches`` as one record batch (none for none)."""
+    if len(batches) == 1:
+        yield batches[0]
+    elif batches:
+        yield from pa.Table.from_batches(batches).combine_chunks().to_batches()
+
+
 # ------------------------------------------------------------------- the run
 class _Run:
     """What the counts of one table need of the others, gathered as the tables are scanned."""
@@ -259,8 +267,15 @@ class _Run:
             return
         files, exact = self.store.unit_files(name, dt, self.ids)
         wanted = None if exact else pc.field(rkey).isin(pa.array(list(self.ids), pa.string()))
-        yield from self.store.dataset(name, files).to_batches(columns=columns, filter=wanted, batch_size=BATCH_ROWS,
-                                                              use_threads=True)
+        # a batch per file at least: the small files of many captures are counted together, not one by one
+        held: list[pa.RecordBatch] = []
+        for batch in self.store.dataset(name, files).to_batches(columns=columns, filter=wanted, batch_size=BATCH_ROWS,
+                                                                 use_threads=True):
+            held.append(batch)
+            if sum(b.num_rows for b in held) >= BATCH_ROWS:
+                yield from _joined(held)
+                held = []
+        yield from _joined(held)
 
     def target_keys(self, target: str, whole: bool):
         """``target``'s key values: of the run's slice (gathered when it was counted), or of the whole table."""
