@@ -454,9 +454,11 @@ class ValidateSettings(_Section):
         "rows. The same counts either way (a test compares them); the checks a count does not pass are validated by "
         "GX's Spark engine on the rows either way, with samples")
     tally_driver_max_rows: Annotated[int, *Int(0)] = setting(
-        10_000_000, "`validate.tally` auto: the rows of the run's largest table up to which the counts run on the driver "
-        "(it holds each table's key column and the values that name other tables' keys: about 100 bytes per row of the "
-        "largest table)")
+        16_000_000, "`validate.tally` auto: the rows of the run's largest table up to which the counts run on the driver. "
+        "It holds each table's key column, a hash table of the frames' and connections' keys and the values that name "
+        "them: the 2 GB load capture's lake (12.4M frames, 5.4M flow events) peaked at 4.0 GB in the driver's Python "
+        "process, about 330 bytes per row of the largest table; its validate stage took 24.6 s against 158.4 s with "
+        "the Spark counts")
 
 
 class Settings(_Section):

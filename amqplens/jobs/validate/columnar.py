@@ -20,7 +20,8 @@ every count with the Spark tally's on the fixtures' lake and on a lake of damage
 from __future__ import annotations
 
 import functools
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import AbstractSet, Any
 import logging
 import time
 
@@ -36,6 +37,7 @@ from amqplens.jobs.validate.tally import MEAN, Tally, key_columns
 log = logging.getLogger(__name__)
 
 BATCH_ROWS = 1 << 17
+READAHEAD = 2  # record batches read ahead of the one counted
 # what the other tables' counts need of a table: counted before those tables (connections' byte accounting reads the
 # frames' and decode_errors' bytes, captures' connection rows the connections)
 FIRST = ("frames", "decode_errors", "connections")
@@ -88,10 +90,11 @@ class _Batch:
 
     def _compute(self, name: str):
         t, c = self.t, self.cols
+        # a column not read is one whose statistics prove it clean (``_Run.proven``)
         if name == ex.REQUIRED_NULL:
-            return _or(*(pc.is_null(c[col]) for col in ex.required_columns(t)))
+            return _or(_false(self.n), *(pc.is_null(c[col]) for col in ex.required_columns(t) if col in c))
         if name == ex.NEGATIVE:
-            return _or(*(pc.less(c[col], 0) for col in ex.non_negative_columns(t)))
+            return _or(_false(self.n), *(pc.less(c[col], 0) for col in ex.non_negative_columns(t) if col in c))
         if name == ex.ANOMALY:
             return self._anomaly()
         if name == ex.OUTSIDE_WINDOW:
@@ -166,16 +169,150 @@ def _offending(check: ex.Check, b: _Batch):
     return None
 
 
+_kernels = None
+
+
+def kernels():
+    """``keyset`` (numba, the decoder's disk cache), or None without numba: Arrow's kernels count then."""
+    global _kernels
+    if _kernels is None:
+        import importlib
+
+        from amqplens.decode.v0_9_1.hotpath import load_compiled
+
+        _kernels = load_compiled(lambda: importlib.import_module("amqplens.jobs.validate.keyset"))
+    return _kernels or None
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+def _text_chunks(values, rows: int):
+    """A text column (an array or chunks) as string arrays of at most ``rows`` rows each (slices: no copy)."""
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    for c in chunks:
+        if not pa.types.is_string(c.type):
+            c = c.cast(pa.string())
+        for at in range(0, len(c), rows):
+            yield c.slice(at, rows)
+
+
+def _buffers(c: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A string array's (offsets, bytes, valid) as numpy arrays over its own buffers (no copy but the validity)."""
+    bufs = c.buffers()
+    offsets = np.frombuffer(bufs[1], np.int32)[c.offset : c.offset + len(c) + 1] if len(c) else _readonly(np.zeros(1, np.int32))
+    data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else _readonly(np.zeros(0, np.uint8))
+    valid = c.is_valid().to_numpy(zero_copy_only=False) if c.null_count else np.ones(len(c), np.bool_)
+    return offsets, data, valid
+
+
+class KeySet:
+    """The distinct values of a text column and lookups of other values in them: keyset.py's compiled table, or
+    Arrow's kernels (``compiled=False``, or without numba: the reference)."""
+
+    def __init__(self, keys, *, compiled: bool = True, keep=None):
+        self.keys = keys if isinstance(keys, pa.ChunkedArray) else pa.chunked_array([keys], pa.string())
+        self.valid = len(self.keys) - self.keys.null_count
+        self.k = kernels() if compiled and len(self.keys) < 2**32 - 1 else None  # a slot holds a 32-bit index
+        if self.k is None:
+            self.distinct = int(pc.count_distinct(self.keys, mode="only_valid").as_py()) if len(self.keys) else 0
+            self._set = None
+            return
+        from numba.typed import List
+
+        self.keep = self.k.ALL_BITS if keep is None else np.uint64(keep)
+        self.offsets, self.data, valid = List(), List(), List()
+        for c in _text_chunks(self.keys, 1 << self.k.ROW_BITS):
+            o, d, v = _buffers(c)
+            self.offsets.append(o)
+            self.data.append(d)
+            valid.append(v)
+        size = 1 << max(4, int(2 * len(self.keys)).bit_length())  # at most half full
+        self.slots = np.full(size, self.k.FREE, np.uint64)
+        self.distinct = int(self.k.build(self.offsets, self.data, valid, self.slots, self.keep)) if len(valid) else 0
+
+    @property
+    def repeats(self) -> int:
+        """Non-null keys less distinct ones (tally.py's uniqueness count)."""
+        return self.valid - self.distinct
+
+    def found(self, values) -> pa.Array:
+        """Per value, whether a key equals it (a null value: false)."""
+        if self.k is None:
+            if self._set is None:
+                self._set = self.keys.combine_chunks() if self.keys.num_chunks != 1 else self.keys.chunk(0)
+            return pc.is_in(values, value_set=self._set, skip_nulls=True)
+        if not len(self.offsets):
+            return pa.array(np.zeros(len(values), np.bool_))
+        out = np.empty(len(values), np.bool_)
+        at = 0
+        for c in _text_chunks(values, len(values) or 1):
+            offsets, data, valid = _buffers(c)
+            self.k.probe(self.offsets, self.data, self.slots, self.keep, offsets, data, valid, out[at : at + len(c)])
+            at += len(c)
+        return pa.array(out)
+
+
+def warm() -> float:
+    """Seconds to load (or compile) keyset.py's passes and run them once (an install step: amqplens.decode's warm)."""
+    t0 = time.perf_counter()
+    keys = KeySet(pa.chunked_array([["a", "b", None], ["a"]], pa.string()))
+    keys.found(pa.array(["a", "c", None], pa.string()))
+    return time.perf_counter() - t0
+
+
 def _repeats(columns: dict[str, list]) -> int:
-    """Non-null keys less distinct ones (tally.py's uniqueness count); a compound key: rows with a value, less groups."""
-    if len(columns) == 1:
-        (chunks,) = columns.values()
-        keys = pa.chunked_array(chunks)
-        return (len(keys) - keys.null_count) - int(pc.count_distinct(keys, mode="only_valid").as_py())
+    """A compound key's rows with a value less its groups (tally.py's uniqueness count)."""
     data = pa.table({name: pa.chunked_array(chunks) for name, chunks in columns.items()})
     some = _or(*(pc.is_valid(data[name]) for name in columns))
     data = data.filter(some)
     return data.num_rows - data.group_by(list(columns)).aggregate([]).num_rows
+
+
+def _distinct(chunks: list, column_type, compiled: bool) -> "KeySet":
+    keys = pa.chunked_array(chunks, column_type)
+    return KeySet(keys, compiled=compiled and pa.types.is_string(keys.type))
+
+
+def prunable(t: Table, settings: ex.Settings) -> set[str]:
+    """Columns of ``t`` read only for the not-null and not-negative checks: left unread where statistics prove them
+    clean."""
+    from amqplens.jobs.validate.small import EXTRA_INPUTS, READ_BY_OTHERS
+
+    other = {*t.key, *ex.window_columns(t), *ex.references(t), *ex.suite_columns(t, settings), *EXTRA_INPUTS,
+             *READ_BY_OTHERS.get(t.name, ())}
+    return {*ex.required_columns(t), *ex.non_negative_columns(t)} - other
+
+
+def proven(data, t: Table, columns: AbstractSet[str]) -> set[str]:
+    """Those of ``columns`` that no row of ``data`` (a pyarrow dataset of Parquet files) can break, by every row
+    group's statistics: a not-null column none of whose values is null, a not-negative one whose least value is 0 or
+    more (or that holds only nulls). A file without the column (it reads as nulls) or without statistics proves
+    nothing. A count over the other columns is then the count over all of them."""
+    if not columns:
+        return set()
+    required, non_negative = set(ex.required_columns(t)), set(ex.non_negative_columns(t))
+    clean = set(columns)
+    for fragment in data.get_fragments():
+        meta = fragment.metadata
+        at = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+        clean &= set(at)
+        for i in range(meta.num_row_groups):
+            rg = meta.row_group(i)
+            for c in list(clean):
+                stats = rg.column(at[c]).statistics
+                ok = stats is not None and stats.has_null_count
+                if ok and c in required:
+                    ok = stats.null_count == 0
+                if ok and c in non_negative and stats.null_count < rg.num_rows:
+                    ok = stats.has_min_max and stats.min is not None and stats.min >= 0
+                if not ok:
+                    clean.discard(c)
+            if not clean:
+                return clean
+    return clean
 
 
 def _joined(batches: list[pa.RecordBatch]):
@@ -202,7 +339,8 @@ class _Run:
         slack = slack_s * 1_000_000
         self.window = (caps["capture_id"].combine_chunks(), pc.subtract(_micros(caps["first_ts"].combine_chunks()), slack),
                        pc.add(_micros(caps["last_ts"].combine_chunks()), slack))
-        self.keys: dict[str, list] = {}  # table -> its key column's chunks (a reference target)
+        self.compiled = True
+        self.keys: dict[str, Future] = {}  # table -> its keys (a reference target), a KeySet being built
         self.bytes: dict[str, list[pa.Table]] = {"frames": [], "decode_errors": []}  # (connection, direction) sums
         self.per_capture: list[pa.Table] = []  # connections per capture
         self._sums = None
@@ -260,42 +398,80 @@ class _Run:
         out[ex.CODEC_ERROR_SHARE] = pc.if_else(_and(decoded, pc.greater(stream, 0)), share, pa.scalar(None, pa.float64()))
         return out
 
-    def scan(self, name: str, columns: list[str]):
+    def scan(self, name: str, columns: list[str], prunable: AbstractSet[str] = frozenset()):
+        """Record batches of ``columns`` of the run's rows of table ``name``, less the ``prunable`` columns whose
+        statistics prove them clean (``proven``)."""
         (rkey,) = table(name).replace_by
         dt = self.store.delta(name)
         if dt is None:
             return
         files, exact = self.store.unit_files(name, dt, self.ids)
         wanted = None if exact else pc.field(rkey).isin(pa.array(list(self.ids), pa.string()))
-        # a batch per file at least: the small files of many captures are counted together, not one by one
+        data = self.store.dataset(name, files)
+        clean = proven(data, table(name), prunable)
+        columns = [c for c in columns if c not in clean]
+        # a batch per file at least: the small files of many captures are counted together, not one by one. Few
+        # batches read ahead: Arrow's default (16 batches of each of 4 files) held 5.7 GB of the 2 GB load capture's
+        # frames at once
         held: list[pa.RecordBatch] = []
-        for batch in self.store.dataset(name, files).to_batches(columns=columns, filter=wanted, batch_size=BATCH_ROWS,
-                                                                 use_threads=True):
+        for batch in data.to_batches(columns=columns, filter=wanted, batch_size=BATCH_ROWS, batch_readahead=READAHEAD,
+                                     fragment_readahead=1, use_threads=True):
             held.append(batch)
             if sum(b.num_rows for b in held) >= BATCH_ROWS:
                 yield from _joined(held)
                 held = []
         yield from _joined(held)
 
-    def target_keys(self, target: str, whole: bool):
-        """``target``'s key values: of the run's slice (gathered when it was counted), or of the whole table."""
+    def key_set(self, target: str, whole: bool) -> "KeySet":
+        """``target``'s keys: of the run's slice (built when it was counted), or of the whole table."""
         (key,) = table(target).key
-        if whole:
-            data = self.store.read_arrow(target, [key], None)
-            return data[key].combine_chunks() if data.num_columns else pa.array([], pa.string())
-        return pa.chunked_array(self.keys.get(target, []), pa.string()).combine_chunks()
+        if not whole:
+            built = self.keys.get(target)
+            return built.result() if built is not None else KeySet(pa.chunked_array([], pa.string()), compiled=self.compiled)
+        data = self.store.read_arrow(target, [key], None)
+        return KeySet(data[key] if data.num_columns else pa.chunked_array([], pa.string()), compiled=self.compiled)
 
 
-def count_tables(store, ids: list[str], names: list[str], settings: ex.Settings, slack_s: int) -> dict[str, Tally]:
+def count_tables(store, ids: list[str], names: list[str], settings: ex.Settings, slack_s: int, *,
+                 compiled: bool = True) -> dict[str, Tally]:
     """``tally.count`` (with the reference counts ``Tally.add`` takes) for each table of ``names`` over the run's
-    captures ``ids``, on the driver."""
-    from amqplens.jobs.validate.small import columns_read
-
+    captures ``ids``, on the driver. ``compiled``: text keys counted and looked up by keyset.py (numba) when it
+    loads, else by Arrow's kernels (the reference)."""
     t0 = time.monotonic()
     run = _Run(store, ids, slack_s)
+    run.compiled = compiled
     order = [n for n in FIRST if n in names] + [n for n in names if n not in FIRST]
+    # the tables other tables' rows name (frames, connections): their keys are kept for the lookups
+    targets = {target for name in names for target in ex.references(table(name)).values()}
     out: dict[str, Tally] = {}
     refs: dict[tuple[str, bool], list[tuple[str, list]]] = {}  # (target, whole table) -> [(check, values)]
+    # the key sets are built and probed in driver threads (the compiled passes leave the interpreter's lock): a
+    # table's keys while the next tables are read, the lookups two at a time
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="amqplens-keys")
+    distinct: list[tuple[str, str, Future]] = []  # (table, check, its key set)
+    try:
+        _count(run, order, targets, settings, out, refs, distinct, pool)
+        for name, check, keys in distinct:
+            out[name].values[check] = keys.result().repeats
+        lookups = [(check, rows, pool.submit(run.key_set(target, whole).found, values))
+                   for (target, whole), items in refs.items() for check, parts in items for values, rows in parts]
+        missing = {check: 0 for items in refs.values() for check, _ in items}
+        for check, rows, found in lookups:
+            lacking = pc.invert(found.result())
+            missing[check] += _true(lacking) if rows is None else int(pc.sum(pc.filter(rows, lacking)).as_py() or 0)
+        for check, n in missing.items():
+            out[check.split(".", 1)[0]].add({check: n})
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    log.info("tallies of %d table(s) on the driver in %.1fs", len(names), time.monotonic() - t0)
+    return out
+
+
+def _count(run: _Run, order: list[str], targets: set[str], settings, out: dict, refs: dict, distinct: list, pool) -> None:
+    """Scan each table of ``order`` and count its checks into ``out``, but the uniqueness checks (their key sets
+    submitted to ``pool``, listed in ``distinct``) and the reference checks (their values listed in ``refs``)."""
+    from amqplens.jobs.validate.small import columns_read
+
     for name in order:
         t = table(name)
         checks = ex.checks(t, settings)
@@ -303,11 +479,12 @@ def count_tables(store, ids: list[str], names: list[str], settings: ex.Settings,
         key_chunks: dict[str, list] = {col: [] for cols in keyed.values() for col in cols}
         referencing = {column: (ex.reference_check(t, column), target) for column, target in ex.references(t).items()}
         ref_values: dict[str, list] = {column: [] for column in referencing}
+        dedupe = dict.fromkeys(referencing, True)  # while a batch's value counts are fewer than half its values
         counts: dict[str, Any] = {c.name: 0 for c in checks if c.name not in keyed and c.name not in
                                      {check for check, _ in referencing.values()}}
         means: dict[str, list] = {c.name: [] for c in checks if c.expectation_type.__name__ == MEAN}
         rows = 0
-        for batch in run.scan(name, columns_read(t, settings)):
+        for batch in run.scan(name, columns_read(t, settings), prunable(t, settings)):
             b = _Batch(t, batch, run)
             rows += b.n
             run.gather(name, b.cols)
@@ -315,7 +492,13 @@ def count_tables(store, ids: list[str], names: list[str], settings: ex.Settings,
                 key_chunks[col].append(b.cols[col])
             for column in referencing:
                 named = b.cols[column]
-                ref_values[column].append(pc.list_flatten(named) if pa.types.is_list(named.type) else pc.drop_null(named))
+                named = pc.list_flatten(named) if pa.types.is_list(named.type) else pc.drop_null(named)
+                counted = pc.value_counts(named) if dedupe[column] else None  # a batch's frames name a few connections
+                if counted is not None and len(counted) * 2 < len(named):
+                    ref_values[column].append((counted.field(0), counted.field(1)))
+                else:
+                    dedupe[column] = False
+                    ref_values[column].append((named, None))
             for c in checks:
                 if c.name not in counts or counts[c.name] is None:
                     continue
@@ -328,27 +511,20 @@ def count_tables(store, ids: list[str], names: list[str], settings: ex.Settings,
                     counts[c.name] += n
         values: dict[str, float | int | None] = dict(counts)
         for check_name, cols in keyed.items():
-            values[check_name] = _repeats({col: key_chunks[col] for col in cols})
+            if len(cols) > 1:
+                values[check_name] = _repeats({col: key_chunks[col] for col in cols})
+                continue
+            keys = pool.submit(_distinct, key_chunks[cols[0]], t.column(cols[0]).arrow_type, run.compiled)
+            values[check_name] = None
+            distinct.append((name, check_name, keys))
+            if tuple(cols) == t.key and name in targets:
+                run.keys[name] = keys
         for check_name, parts in means.items():
             if counts.get(check_name) is None:
                 continue
             all_values = pa.chunked_array(parts, pa.float64()) if parts else pa.chunked_array([], pa.float64())
             values[check_name] = pc.mean(all_values).as_py() if len(all_values) else None
-        (key,) = t.key if len(t.key) == 1 else (None,)
-        if key is not None and key in key_chunks:
-            run.keys[name] = key_chunks[key]
         for column, (check, target) in referencing.items():
             values[check] = None
             refs.setdefault((target, t.replace_by != ("capture_id",)), []).append((check, ref_values[column]))
         out[name] = Tally(rows, values, frozenset(means))
-    for (target, whole), items in refs.items():
-        # one lookup per target for every check's values (a lookup hashes every key of the target first)
-        named = pa.chunked_array([part for _, parts in items for part in parts], pa.string())
-        found = pc.is_in(named, value_set=run.target_keys(target, whole), skip_nulls=True) if len(named) else named
-        at = 0
-        for check, parts in items:
-            n = sum(len(part) for part in parts)
-            out[check.split(".", 1)[0]].add({check: n - _true(found.slice(at, n))})
-            at += n
-    log.info("tallies of %d table(s) on the driver in %.1fs", len(names), time.monotonic() - t0)
-    return out
