@@ -120,13 +120,25 @@ def bucket_of(ts: pd.Series, bucket_s: int) -> pd.Series:
     return pd.Series(pd.array(out, dtype="Int64")).where(~np.isnan(f), pd.NA).set_axis(ts.index)
 
 
+def _extreme(parts: tuple[pd.Series, ...], pick, empty: int) -> pd.Series:
+    """The ``pick`` (np.maximum, np.minimum) of the non-null values per row, null when all are null; Int64 parts
+    in numpy (a null as ``empty``, which no pick prefers to a value), others through pandas."""
+    if not all(isinstance(p.dtype, pd.Int64Dtype) and p.index.equals(parts[0].index) for p in parts):
+        frame = pd.concat(parts, axis=1)
+        out = frame.max(axis=1, skipna=True) if pick is np.maximum else frame.min(axis=1, skipna=True)
+        return out.astype(parts[0].dtype)
+    values = pick.reduce([p.to_numpy(dtype=np.int64, na_value=empty) for p in parts])
+    none = np.logical_and.reduce([p.isna().to_numpy() for p in parts])
+    return pd.Series(pd.arrays.IntegerArray(values, none), index=parts[0].index)
+
+
 def greatest(*parts: pd.Series) -> pd.Series:
     """Spark's ``greatest``: the largest non-null value, null when all are null."""
-    return pd.concat(parts, axis=1).max(axis=1, skipna=True).astype(parts[0].dtype)
+    return _extreme(parts, np.maximum, np.iinfo(np.int64).min)
 
 
 def least(*parts: pd.Series) -> pd.Series:
-    return pd.concat(parts, axis=1).min(axis=1, skipna=True).astype(parts[0].dtype)
+    return _extreme(parts, np.minimum, np.iinfo(np.int64).max)
 
 
 def group(df: pd.DataFrame, keys: list[str]):
@@ -652,6 +664,9 @@ def _measured(inp: Inputs) -> list:
             (conns, [("connection", conn(conns), conn(conns), None)])]
 
 
+COUNT_ROUTE_ROWS = 100_000  # route rows from which equal ones are counted into one (fewer: each a row of its own)
+
+
 def _routes(measured, numbers: dict, bucket_s: int) -> pa.Table:
     """``percentiles._routes``: each measured thing once per route it has an entity in, as the columns
     ``grouped.group_table`` reads."""
@@ -683,7 +698,14 @@ def _routes(measured, numbers: dict, bucket_s: int) -> pa.Table:
                         ("_a", pa.string()), ("_b", pa.string()), ("_d", pa.string()), ("dialect", pa.string()),
                         ("_m", pa.int32()), ("direction", pa.string()), ("method", pa.string()), ("value_us", pa.int64()),
                         ("bucket_us", pa.int64())])
-    return pa.Table.from_pandas(rows, schema=schema, preserve_index=False)
+    t = pa.Table.from_pandas(rows, schema=schema, preserve_index=False)
+    if t.num_rows < COUNT_ROUTE_ROWS:
+        return t
+    # equal route rows (the same route, entities, bucket and value: a busy queue's many equal latencies) counted into
+    # one row with ``_n``, which group_table weighs each row by, as the Spark path's route rows are: the same groups
+    # and statistics from fewer rows (the 300 MB load capture's 2.7M route rows: about 0.2M). Rows: at most t's
+    counted = t.group_by(schema.names, use_threads=False).aggregate([([], "count_all")])
+    return counted.rename_columns([*schema.names, "_n"])
 
 
 def latency(inp: Inputs, bucket_s: int) -> pd.DataFrame:
