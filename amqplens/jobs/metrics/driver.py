@@ -389,6 +389,29 @@ def errors(inp: Inputs, bucket_s: int) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------ metrics_flow (flow.py)
+def _next_in_entity(iv: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
+    """``iv`` sorted by entity, ts, stream_offset, event_id (nulls first, stably: Arrow's multi-key sort, not pandas'
+    factorising of every key), and each row's entity's next ``ts`` (Spark's ``lead`` over the entity's window; null
+    for its last row): rows whose entity columns all equal the next row's (nulls equal, as a window's partition
+    keys) are of one entity."""
+    keys = [*ENTITY, "ts", "stream_offset", "event_id"]
+    cols = pa.table({k: pa.array(iv[k], from_pandas=True) for k in keys})
+    order = pc.sort_indices(cols, sort_keys=[(k, "ascending", "at_start") for k in keys]).to_numpy()
+    iv = iv.iloc[order]
+    n = len(iv)
+    same = np.ones(max(n - 1, 0), np.bool_)
+    for k in ENTITY:
+        col = cols.column(k).take(pa.array(order)).combine_chunks()
+        a, b = col.slice(1), col.slice(0, max(n - 1, 0))
+        equal = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+        same &= equal.to_numpy(zero_copy_only=False)
+    ts = iv["ts"]
+    values = np.r_[ts.to_numpy(dtype=np.int64, na_value=0)[1:], 0] if n else np.zeros(0, np.int64)
+    missing = np.r_[~same | ts.isna().to_numpy()[1:], True] if n else np.zeros(0, np.bool_)
+    return iv, pd.Series(pd.arrays.IntegerArray(values, missing), index=iv.index)
+
+
+
 def _intervals(inp: Inputs) -> pd.DataFrame:
     """``flow._intervals``: each flow event's state from its time to the entity's next event (or the connection's end)."""
     ev = inp.flow_events
@@ -401,8 +424,7 @@ def _intervals(inp: Inputs) -> pd.DataFrame:
     conn = conn[conn["connection_id"].notna()].drop_duplicates("connection_id")
     # rows: connection_id is unique in conn (nulls left out): flow_events
     iv = ev.merge(conn, on="connection_id", how="left")
-    iv = iv.sort_values([*ENTITY, "ts", "stream_offset", "event_id"], na_position="first", kind="stable")
-    nxt = iv.groupby(list(ENTITY), dropna=False, sort=False)["ts"].shift(-1).astype("Int64")
+    iv, nxt = _next_in_entity(iv)
     iv["t0"] = iv["ts"]
     t1 = nxt.fillna(iv["conn_end"])
     iv["t1"] = greatest(iv["t0"], t1.fillna(iv["t0"]))
