@@ -795,6 +795,12 @@ KEYS = {
 
 def tables(store, capture_ids: list[str], bucket_s: int) -> dict[str, pa.Table]:
     """The four metric tables of ``capture_ids``, in the order they are committed (``metrics_errors`` last)."""
+    return dict(each_table(store, capture_ids, bucket_s))
+
+
+def each_table(store, capture_ids: list[str], bucket_s: int):
+    """``(name, rows)`` of the four metric tables in commit order, each as soon as it and those before it are
+    computed: the caller writes one while the others are still being computed."""
     from concurrent.futures import ThreadPoolExecutor
 
     inp = Inputs(store, capture_ids)
@@ -804,4 +810,5 @@ def tables(store, capture_ids: list[str], bucket_s: int) -> dict[str, pa.Table]:
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="amqplens-metrics") as pool:
         built = {name: pool.submit(lambda f, name, view: finish(f(view, bucket_s), name, KEYS[name], maps), f, name,
                                    inp.view()) for name, f in work.items()}
-        return {name: b.result() for name, b in built.items()}
+        for name, b in built.items():
+            yield name, b.result()

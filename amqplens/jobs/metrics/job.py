@@ -70,15 +70,16 @@ def _driver(store: TableStore, conf: Config, pending: dict[str, str], run_id: st
     cannot compute them as Spark would (the stage then runs through Spark)."""
     from amqplens.jobs.metrics import driver
 
+    done = False
     try:
-        tables = driver.tables(store, list(pending), conf["metrics.bucket"])
+        # each table written while the later ones are computed; a table the driver cannot write (Unsupported) sends
+        # the stage to Spark, which replaces the captures' rows of every table (metrics_errors last, as here)
+        for name, data in driver.each_table(store, list(pending), conf["metrics.bucket"]):
+            done = store.write_arrow(name, data, units=pending, run_id=run_id)
     except driver.Unsupported as exc:
         log.info("metrics: through Spark (%s)", exc)
         return None
     log.info("metrics: %d captures on the driver (metrics.engine=%s)", len(pending), conf["metrics.engine"])
-    done = False
-    for name, data in tables.items():
-        done = store.write_arrow(name, data, units=pending, run_id=run_id)
     return done
 
 
