@@ -31,6 +31,7 @@ $(STAMP): pyproject.toml
 	@# amqplens/ here is that package (issue 36.10: install noise a newcomer cannot act on)
 	PYTHONWARNINGS='ignore:Editable install' $(PY) -m pip install -q -e '.[dev,notebooks]'
 	$(PY) -m amqplens.decode.v0_9_1.warm
+	$(PY) -m amqplens.jobs.validate.columnar
 	$(PY) -m amqplens.jvm_archive
 	@touch $(STAMP)
 

@@ -251,12 +251,12 @@ def test_validate_on_spark_and_on_pandas_agree_on_logs_and_the_connections_they_
         [(e["name"], e["success"], e["observed"]) for e in on_pandas["expectations"]]
 
 
-def test_metrics_of_logs_and_captures_are_the_same_rows_on_both_engines(spark, conf, lake):
+def test_metrics_of_logs_and_captures_are_the_same_rows_on_both_engines(spark, conf, lake, monkeypatch):
     """The run's metrics went through the driver (a small lake); Spark's queries over the same lake (rows from broker
     logs, a JSON message trace and Proton traces beside the captures', and a failed log) give every row the same."""
     from amqplens.lake.store import TableStore
     from tests.metrics.test_driver_engine import _same_rows
 
     root = str(lake["root"] / "lake")
-    n = _same_rows(spark, conf.with_overrides(lake__root=root), TableStore(spark, root))
+    n = _same_rows(spark, conf.with_overrides(lake__root=root), TableStore(spark, root), monkeypatch)
     assert n["metrics_latency"] > 0 and n["metrics_errors"] > 0, n

@@ -71,9 +71,6 @@ def main() -> int:
     from amqplens.lifecycle import array091  # the fused lifecycle's passes share the cache
 
     print(f"amqplens.lifecycle: 0-9-1 array passes ready in {array091.warm():.1f} s")
-    from amqplens.jobs.validate import columnar  # validate's key sets share the cache
-
-    print(f"amqplens.validate: key sets ready in {columnar.warm():.1f} s")
     return 0
 
 

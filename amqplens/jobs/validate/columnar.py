@@ -256,7 +256,8 @@ class KeySet:
 
 
 def warm() -> float:
-    """Seconds to load (or compile) keyset.py's passes and run them once (an install step: amqplens.decode's warm)."""
+    """Seconds to load (or compile) keyset.py's passes and run them once (an install step: ``python -m
+    amqplens.jobs.validate.columnar``, after amqplens.decode.v0_9_1.warm, sharing its numba cache)."""
     t0 = time.perf_counter()
     keys = KeySet(pa.chunked_array([["a", "b", None], ["a"]], pa.string()))
     keys.found(pa.array(["a", "c", None], pa.string()))
@@ -528,3 +529,7 @@ def _count(run: _Run, order: list[str], targets: set[str], settings, out: dict, 
             values[check] = None
             refs.setdefault((target, t.replace_by != ("capture_id",)), []).append((check, ref_values[column]))
         out[name] = Tally(rows, values, frozenset(means))
+
+
+if __name__ == "__main__":  # an install step beside amqplens.decode.v0_9_1.warm (the Makefile's)
+    print(f"amqplens.validate: key sets ready in {warm():.1f} s")
