@@ -5,10 +5,14 @@ table's columns that validation reads (``small.columns_read``) are scanned once 
 rows, each check's offending rows counted per batch and summed. What a count needs of other rows is gathered on the
 way, in an order that has it ready: the frames' and decode_errors' bytes per connection and direction (connections'
 byte accounting), the connections per capture (captures' connection rows), the captures' windows (read first), and
-the key columns (uniqueness; the targets of the reference checks). Held whole, so memory grows with them and not
-with the tables' other columns: the key column of each table (the 300 MB load capture's frames: 1.85M ids of about
-40 bytes), the referencing values (each ``*frame_id(s)`` and ``connection_id`` of the referencing tables) and the
-columns of a mean check (connections only). Python runs per batch and per check, never per row.
+the key columns (uniqueness; the targets of the reference checks), each counted and looked up in a compiled hash
+table over its own buffers (``KeySet``, keyset.py; Arrow's kernels its reference), built and probed in two driver
+threads while the next tables are read. Columns read only for the not-null and not-negative checks are left unread
+where the files' statistics prove them clean (``proven``). Held whole, so memory grows with them and not with the
+tables' other columns: the key column of each table with its hash table (the 2 GB load capture's 12.4M frame ids:
+about 0.5 GB and 0.27 GB), the referencing values (each ``*frame_id(s)`` and ``connection_id`` of the referencing
+tables; value counts where those halve them) and the columns of a mean check (connections only). Python runs per
+batch and per check, never per row.
 
 Spark's semantics carried over: a test is true, false or null (null compares as Spark's three-valued logic does, and
 a row counts only where its test is true: ``count(when(...))``); ``isin`` of a null value is null; a reference value
@@ -20,10 +24,10 @@ every count with the Spark tally's on the fixtures' lake and on a lake of damage
 from __future__ import annotations
 
 import functools
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import AbstractSet, Any
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import AbstractSet, Any
 
 import numpy as np
 import pyarrow as pa
