@@ -125,6 +125,7 @@ class _Batch:
 
     def _outside(self):
         c, (ids, lo_all, hi_all) = self.cols, self.ctx.window
+        # rows: one window per capture (the first of its rows), a lookup per batch row: the batch's rows
         at = pc.index_in(c["capture_id"], value_set=ids)
         lo, hi = pc.take(lo_all, at), pc.take(hi_all, at)
         judged = pc.equal(c["source"], SOURCE_CAPTURE) if "source" in c else pa.scalar(True)
@@ -372,6 +373,7 @@ class _Run:
             counts = pa.concat_tables(self.per_capture).group_by(["capture_id"]).aggregate([("capture_id_count", "sum")])
         else:
             counts = pa.table({"capture_id": pa.array([], pa.string()), "capture_id_count_sum": pa.array([], pa.int64())})
+        # rows: one count per capture (grouped), a lookup per captures row: the batch's rows
         at = pc.index_in(capture_id, value_set=counts["capture_id"].combine_chunks())
         return pc.fill_null(pc.take(counts["capture_id_count_sum"].combine_chunks(), at), 0)
 
@@ -394,6 +396,7 @@ class _Run:
             covered = pc.fill_null(c[f"tls_overhead_bytes_{d}"].cast(pa.int64()), 0)
             for name, sums in self._per_connection().items():
                 one = sums.filter(pc.equal(sums["direction"], d))
+                # rows: one sum per (connection, direction) (grouped), a lookup per connection row: the batch's rows
                 at = pc.index_in(c["connection_id"], value_set=one["connection_id"].combine_chunks())
                 covered = pc.add(covered, pc.fill_null(pc.take(one["v_sum_sum"].combine_chunks().cast(pa.int64()), at), 0))
             out[ex.accounted(d)] = pc.if_else(decoded, covered, pa.scalar(None, pa.int64()))
