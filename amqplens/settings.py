@@ -422,9 +422,10 @@ class ReportSettings(_Section):
         "the latency figure's quantiles are exact on the driver and within 1/10000 of the rank through Spark for a kind "
         "of 10,000 latencies or more (docs/performance.md, the report on the driver)")
     driver_max_rows: Annotated[int, *Int(0)] = setting(
-        5_000_000, "`report.engine` auto: the rows the driver's reads may keep (the settled deliveries and request/"
+        20_000_000, "`report.engine` auto: the rows the driver's reads may keep (the settled deliveries and request/"
         "responses, the deliver and transfer events, then aggregates and each page's frames: a few columns each) "
-        "before the report goes to Spark")
+        "before the report goes to Spark. The 2 GB load capture's report fits: 6.4 s on the driver at 1.7 GB in its "
+        "Python process, against 19.0 s at 5M (past it: the driver's reads, then Spark's)")
 
 
 class ValidateSettings(_Section):
