@@ -400,8 +400,9 @@ def _next_in_entity(iv: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
     iv = iv.iloc[order]
     n = len(iv)
     same = np.ones(max(n - 1, 0), np.bool_)
+    entity = cols.select(list(ENTITY)).take(pa.array(order))
     for k in ENTITY:
-        col = cols.column(k).take(pa.array(order)).combine_chunks()
+        col = entity.column(k).combine_chunks()
         a, b = col.slice(1), col.slice(0, max(n - 1, 0))
         equal = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
         same &= equal.to_numpy(zero_copy_only=False)
@@ -409,7 +410,6 @@ def _next_in_entity(iv: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
     values = np.r_[ts.to_numpy(dtype=np.int64, na_value=0)[1:], 0] if n else np.zeros(0, np.int64)
     missing = np.r_[~same | ts.isna().to_numpy()[1:], True] if n else np.zeros(0, np.bool_)
     return iv, pd.Series(pd.arrays.IntegerArray(values, missing), index=iv.index)
-
 
 
 def _intervals(inp: Inputs) -> pd.DataFrame:

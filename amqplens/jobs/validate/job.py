@@ -60,8 +60,8 @@ def _capture_ids(store, capture_ids: list[str] | None) -> list[str]:
     return sorted(read_slice(store, "captures", None, ["capture_id"])["capture_id"])
 
 
-def batches(store, ids: list[str], conf: Config):
-    """``(table, rows, batch)`` for every table with rows of the run: the batch a pandas frame when the run is small
+def batches(store, ids: list[str], conf: Config, rows: dict[str, int]):
+    """``(table, rows, batch)`` for every table (``rows``: each table's rows of the run, ``run_rows``): the batch a pandas frame when the run is small
     (each table at most ``validate.pandas_max_rows`` rows: amqplens/jobs/validate/small.py, no Spark job), else a Spark
     DataFrame (amqplens/jobs/validate/quality.py), counted in one pass (tally.py) and cached only for a second one.
     The Spark path's shared key caches are released when the generator closes."""
@@ -69,7 +69,6 @@ def batches(store, ids: list[str], conf: Config):
     from amqplens.jobs.validate import small as quality_small
     from amqplens.contracts.expectations import Settings
 
-    rows = {name: store.rows(name, ids) for name in ALL_TABLES}
     small = max(rows.values(), default=0) <= conf["validate.pandas_max_rows"]
     source = (quality_small.SmallRun(store, ids, Settings.from_config(conf)) if small
               else quality.RunTables(store, ids))
@@ -133,17 +132,20 @@ def tallied(items, settings, parallel: int, on_driver=None):
     yield from ((t, n, b, counts.get(t.name)) for t, n, b in held)  # b.full(), GX's batch, built only if GX needs it
 
 
-def _tally_on_driver(store, ids: list[str], conf: Config, settings):
+def run_rows(store, ids: list[str]) -> dict[str, int]:
+    """Each table's rows of the captures ``ids``, from the Delta log's statistics (no Spark job; read once a run)."""
+    return {name: store.rows(name, ids) for name in ALL_TABLES}
+
+
+def _tally_on_driver(store, ids: list[str], conf: Config, settings, rows: dict[str, int]):
     """The Spark path's tallies counted on the driver (columnar.py), when ``validate.tally`` says so (``driver``, or
     ``auto`` while the run's largest table holds at most ``validate.tally_driver_max_rows`` rows) and the run is past
     ``validate.pandas_max_rows``: started at once in a driver thread (Arrow's scans and kernels leave the GIL, so
     they overlap GX's context and checkpoints), a callable ``names -> {table: tally}`` waiting for them; else None."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from amqplens.contracts import ALL_TABLES
     from amqplens.jobs.validate import columnar
 
-    rows = {name: store.rows(name, ids) for name in ALL_TABLES}
     largest = max(rows.values(), default=0)
     engine = conf["validate.tally"]
     if largest <= conf["validate.pandas_max_rows"] or engine == "spark" or (
@@ -172,14 +174,15 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     store = TableStore(spark, conf["lake.root"])
     quality = quality_dir(store)
     ids = _capture_ids(store, capture_ids)
-    on_driver = _tally_on_driver(store, ids, conf, Settings.from_config(conf))
+    table_rows = run_rows(store, ids)
+    on_driver = _tally_on_driver(store, ids, conf, Settings.from_config(conf), table_rows)
     suites = Suites(gx_context(quality), Settings.from_config(conf), conf["validate.sample_keys"])
     from great_expectations.core.run_identifier import RunIdentifier
 
     gx_run = RunIdentifier(run_name=run_id, run_time=dt.datetime.now(dt.timezone.utc))
     results: list[Outcome] = []
     rows: dict[str, int] = {}
-    items = batches(store, ids, conf)
+    items = batches(store, ids, conf, table_rows)
     try:
         for t, n, df, counted in tallied(items, suites.settings, conf["validate.concurrent_tables"], on_driver):
             t0 = time.monotonic()
