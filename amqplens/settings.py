@@ -323,6 +323,19 @@ class LifecycleSettings(_Section):
         1_000_000, "a decode task holds at most this many frames of connections not yet whole (about 200 bytes each); a "
         "capture that needs more (long-lived connections of a large capture: 1.3 GB in one worker at 1 GB of 8 long "
         "connections) is left to the `lifecycle` job, which derives the same rows in a second pass")
+    direct: Annotated[str, *Choice("auto", "off")] = setting(
+        "auto", "the `lifecycle` job's tasks read the frames files of the connections they are given themselves "
+        "(pyarrow; the driver plans the connections onto tasks by their frames); `off`: Spark reads the frames and "
+        "shuffles and sorts them by connection (also what a capture with a connection of more than "
+        "`max_connection_frames` frames takes, or a frames file not written by amqplens). Same rows either way")
+    direct_task_frames: Annotated[int, *Int(1)] = setting(
+        3_000_000, "a direct `lifecycle` task is given connections of about this many frames in all (at least one task "
+        "per core, a connection never split); it holds their frames (about 400 bytes a frame of a 0-9-1 capture)")
+    max_connection_frames: Annotated[int, *Int(1)] = setting(
+        4_000_000, "the `lifecycle` job holds each connection whole to fold its content and do it from arrays "
+        "(`compiled`): a worker peaks at about 1.2 KB a frame of its largest connection (4.1 GB for one of 3.4M "
+        "frames). A capture with a connection of more frames takes Spark's sort, and that connection goes to the "
+        "machines frame by frame as it comes, held nowhere (about 3x slower). Same rows either way")
 
 
 class LogsSettings(_Section):

@@ -245,19 +245,45 @@ class TableStore:
             wanted = where if wanted is None else wanted & where
         return data.to_table(columns=list(columns), use_threads=threads, filter=wanted)
 
-    def dataset(self, name: str, files: Sequence[tuple[str, str, int]]):
+    def dataset(self, name: str, files: Sequence[tuple[str, str, int]], dictionary: Sequence[str] = ()):
         """A pyarrow dataset of ``files`` (``unit_files``' entries) of the table, with the contract's schema (every
         column nullable, as Spark reads them; a column an older file lacks reads as null) and its partition columns.
         Not ``DeltaTable.to_pyarrow_dataset``: it turns the files' statistics into each file's guarantee, and the
         columns without statistics come out as ``column >= null``, which a filter on such a column reads as false:
-        every file skipped, no rows."""
+        every file skipped, no rows. ``dictionary``: string columns read dictionary-encoded (as Parquet holds them)."""
         import pyarrow.dataset as ds
 
         t = table_def(name)
         parts = ds.partitioning(pa.schema([t.arrow_schema().field(c) for c in t.partition_by]), flavor="hive")
-        schema = pa.schema([f.with_nullable(True) for f in t.arrow_schema()])
+        schema = pa.schema([f.with_nullable(True) if f.name not in dictionary
+                            else pa.field(f.name, pa.dictionary(pa.int32(), f.type)) for f in t.arrow_schema()])
+        fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=set(dictionary))) \
+            if dictionary else "parquet"
         return ds.dataset([self._path(name, urllib.parse.unquote(rel)) for _, rel, _ in files], schema=schema,
-                          format="parquet", filesystem=self.fs, partitioning=parts, partition_base_dir=self._path(name))
+                          format=fmt, filesystem=self.fs, partitioning=parts, partition_base_dir=self._path(name))
+
+    def null_columns(self, name: str, units: Sequence[str] | None, columns: Sequence[str]) -> set[str]:
+        """Those of ``columns`` that no row of ``units`` fills, by the Parquet footers' statistics of their files (a
+        null count equal to the row group's rows; a file without the column reads it as nulls; a column without
+        statistics is not known to be null). A reader can leave them out: most of the frames' columns belong to
+        other dialects than a capture's."""
+        dt = self.delta(name)
+        if dt is None:
+            return set()
+        files, _ = self.unit_files(name, dt, units)
+        null = set(columns)
+        for fragment in self.dataset(name, files).get_fragments():
+            meta = fragment.metadata
+            at = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+            for i in range(meta.num_row_groups):
+                rg = meta.row_group(i)
+                for c in [c for c in null if c in at]:
+                    stats = rg.column(at[c]).statistics
+                    if stats is None or not stats.has_null_count or stats.null_count < rg.num_rows:
+                        null.discard(c)
+                if not null:
+                    return null
+        return null
 
     def rows(self, name: str, units) -> int:
         """Rows the table holds for these ``replace_by`` values, from the Delta log's file statistics (no Spark job).

@@ -61,8 +61,14 @@ class ConnectionLifecycle:
     def __init__(self, delivery_struct: pa.StructType, flow_event_struct: pa.StructType,
                  request_response_struct: pa.StructType, options: LifecycleOptions = LifecycleOptions(),
                  batch_rows: int = 8192, max_held_rows: int | None = None, fold_content: bool = True,
-                 arrays: bool = True) -> None:
+                 arrays: bool = True, max_connection_rows: int | None = None, strict: bool = False) -> None:
         use_system_memory_pool()
+        # the lifecycle job (``sorted_frames``): a connection of more frames goes to the machines as it comes, not held
+        self.max_connection_rows = max_connection_rows
+        self.current: str | None = None  # the connection sorted_frames took last
+        self.streaming: str | None = None  # ... when it is not held but fed to the machines as it comes
+        # raise what the machines raise (the lifecycle job) instead of naming the captures in ``failed`` (the ingest)
+        self.strict = strict
         # 0-9-1 content frames and heartbeats folded onto their messages' method rows before the machines (fold.py);
         # False feeds every frame, as the lifecycle job does
         self.fold_content = fold_content
@@ -99,38 +105,116 @@ class ConnectionLifecycle:
         self.waiting[capture_id].append((through, list(connection_ids)))
         yield from self._whole(capture_id)
 
+    def sorted_frames(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        """One batch of the lifecycle job's partitions (frames sorted by connection_id, then ``SORT_KEYS``; several
+        captures): a connection is whole when the next one begins, the last at ``finish``. A connection of more than
+        ``max_connection_rows`` frames is not held whole: its frames, in this order already, go to the machines as
+        they come (the lifecycle job's path), so a task holds at most that many frames."""
+        if not batch.num_rows:
+            return
+        for cid, part in self._runs(batch):
+            if cid != self.current:
+                yield from self._end_current()
+                self.current = cid
+                self.capture_of[cid] = part.column("capture_id")[0].as_py()
+            if cid == self.streaming:
+                yield from self.out.feed(part, self._columns())
+                continue
+            self._keep(cid, part)
+            if self.max_connection_rows is not None and self.held_rows > self.max_connection_rows:
+                yield from self._feed()  # the connections whole before it, so that the machines see each one whole
+                log.info("lifecycle: connection %s has more than %d frames; the machines take it as it comes",
+                         cid, self.max_connection_rows)
+                self.streaming = cid
+                yield from self.out.feed(self._held_batch(cid), self._columns())
+        if self.ready_rows >= self.batch_rows:
+            yield from self._feed()
+
+    def _end_current(self) -> Iterator[pa.RecordBatch]:
+        """The connection ``sorted_frames`` took last is whole."""
+        cid, self.current = self.current, None
+        if cid is None:
+            return
+        if cid == self.streaming:
+            self.streaming = None
+            self.done.add(cid)
+            self.capture_of.pop(cid, None)
+            yield from self.out.end_connection()
+        else:
+            self._ready(cid)
+
+    def sorted_table(self, frames: pa.Table, fields: list[pa.Field]) -> Iterator[pa.RecordBatch]:
+        """Whole connections at once, sorted by connection_id then ``SORT_KEYS`` (the lifecycle job's direct tasks):
+        done in groups of about ``batch_rows`` frames, each a slice of ``frames`` (no copy, nothing held twice);
+        ``fields``: the frame columns ``frames`` lacks because no row fills them. Then ``finish``."""
+        self.types = {f.name: f.type for f in frames.schema if f.name in READ_COLUMNS}
+        self.types.update((f.name, f.type) for f in fields if f.name not in self.types)
+        n = frames.num_rows
+        if n:
+            conn = frames.column("connection_id")
+            changed = pc.not_equal(conn.slice(1), conn.slice(0, n - 1)) if n > 1 else pa.chunked_array([], pa.bool_())
+            ends = [*(np.flatnonzero(pc.fill_null(changed, True).to_numpy()) + 1).tolist(), n]
+            start = 0
+            for end in ends:
+                if end - start >= self.batch_rows or end == n:
+                    group = frames.slice(start, end - start)
+                    captures = pc.unique(group.column("capture_id")).to_pylist()
+                    yield from self._group(group, captures, self._columns())
+                    start = end
+        yield from self.out.finish()
+
     def finish(self) -> Iterator[pa.RecordBatch]:
         """The end of the task's input: every connection still held is whole."""
+        yield from self._end_current()
         for cid in list(self.held):
             self._ready(cid)
         yield from self._feed()
         yield from self.out.finish()
 
     # ------------------------------------------------------------------------------------------------
-    def _hold(self, capture_id: str, batch: pa.RecordBatch) -> None:
+    def _runs(self, batch: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """The batch cut where connection_id changes (the decoder streams one flow at a time, the job's partitions are
+        sorted by it): (connection id, its run of the batch's non-null ``READ_COLUMNS``)."""
         if not self.types:
             self.types = {f.name: f.type for f in batch.schema if f.name in READ_COLUMNS}
         n = batch.num_rows
         live = batch.select([c for c in self.types if batch.column(c).null_count < n])  # all null here: in every slice
         conn = batch.column("connection_id")
-        # a connection's frames come in runs (the decoder streams one flow at a time): cut the batch where the id changes
         changed = pc.fill_null(pc.not_equal(conn.slice(1), conn.slice(0, n - 1)), True) if n > 1 else pa.array([], pa.bool_())
         starts = [0, *(np.flatnonzero(changed.to_numpy(zero_copy_only=False)) + 1).tolist()]
         for start, end in zip(starts, starts[1:] + [n]):
-            cid = conn[start].as_py()
+            if self.strict and conn[start].as_py() in self.done:
+                raise ValueError(f"frames of connection {conn[start].as_py()} after it was whole")
+            yield conn[start].as_py(), live.slice(start, end - start)
+
+    def _keep(self, cid: str, part: pa.RecordBatch) -> None:
+        parts = self.held.setdefault(cid, [])
+        parts.append(part)
+        self.held_rows += part.num_rows
+        loose = self.loose[cid] = self.loose.get(cid, 0) + 1
+        if loose >= COMPACT_PARTS:
+            # a slice keeps its whole decoder batch alive (every connection's frames in it): a connection held
+            # over many batches (a long one spans the capture) would keep all of them; its rows are copied out
+            parts[-loose:] = _table(parts[-loose:], self.types).combine_chunks().to_batches()
+            self.loose[cid] = 0
+
+    def _held_batch(self, cid: str) -> pa.RecordBatch:
+        """The frames held of ``cid``, released, as one batch."""
+        self.loose.pop(cid, None)
+        parts = self.held.pop(cid)
+        self.held_rows -= sum(p.num_rows for p in parts)
+        return _table(parts, self.types).combine_chunks().to_batches()[0]
+
+    def _columns(self) -> list[str]:
+        return [c for c in FRAME_COLUMNS if c in self.types or (c == "ts_us" and "ts" in self.types)]
+
+    def _hold(self, capture_id: str, batch: pa.RecordBatch) -> None:
+        for cid, part in self._runs(batch):
             if cid in self.done:
                 self._fail([capture_id], f"frames of connection {cid} after it was whole")
                 return
             self.capture_of.setdefault(cid, capture_id)
-            parts = self.held.setdefault(cid, [])
-            parts.append(live.slice(start, end - start))
-            self.held_rows += end - start
-            loose = self.loose[cid] = self.loose.get(cid, 0) + 1
-            if loose >= COMPACT_PARTS:
-                # a slice keeps its whole decoder batch alive (every connection's frames in it): a connection held
-                # over many batches (a long one spans the capture) would keep all of them; its rows are copied out
-                parts[-loose:] = _table(parts[-loose:], self.types).combine_chunks().to_batches()
-                self.loose[cid] = 0
+            self._keep(cid, part)
         if self.max_held_rows is not None and self.held_rows > self.max_held_rows:
             self._fail([capture_id], f"more than {self.max_held_rows} frames held of connections not yet whole "
                                      "(lifecycle.fused_max_held_frames)")
@@ -165,7 +249,7 @@ class ConnectionLifecycle:
             return
         ready, self.ready, self.ready_rows = self.ready, {}, 0
         capture_of = {cid: self.capture_of.pop(cid) for cid in ready}
-        columns = [c for c in FRAME_COLUMNS if c in self.types or (c == "ts_us" and "ts" in self.types)]
+        columns = self._columns()
         group: list[str] = []
         rows = 0
         order = sorted(ready)
@@ -179,11 +263,16 @@ class ConnectionLifecycle:
                 if parts:
                     yield from self._group(parts, captures, columns)
 
-    def _group(self, parts: list[pa.RecordBatch], captures: list[str], columns: list[str]) -> Iterator[pa.RecordBatch]:
+    def _group(self, parts: list[pa.RecordBatch] | pa.Table, captures: list[str],
+               columns: list[str]) -> Iterator[pa.RecordBatch]:
+        """``parts``: the group's frames as held, or a table already sorted (``sorted_table``)."""
         try:
-            frames = _table(parts, self.types)
+            if isinstance(parts, pa.Table):
+                frames, order = parts, None
+            else:
+                frames = _table(parts, self.types)
+                order = pc.sort_indices(frames, options=_SORT)
             del parts
-            order = pc.sort_indices(frames, options=_SORT)
             if self.fold_content:  # sorted and folded in one copy of the rows kept
                 frames = fold(frames, self.out.options.reorder_window, order)
                 columns = columns + [c for c in FOLD_COLUMNS if c in frames.column_names]
@@ -194,13 +283,15 @@ class ConnectionLifecycle:
                     if done.taken.any():
                         frames = frames.filter(pa.array(~done.taken))
                     del done
-            else:
+            elif order is not None:
                 frames = frames.take(order)
             for start in range(0, frames.num_rows, self.batch_rows):
                 for batch in frames.slice(start, self.batch_rows).to_batches():
                     yield from self.out.feed(batch, columns)
             yield from self.out.end_connection()
         except Exception as exc:  # noqa: BLE001 - the lifecycle job redoes these captures, and fails the culprit alone
+            if self.strict:  # the lifecycle job itself: the stage fails the culprit alone (cli._isolated_stage)
+                raise
             self._fail(captures, f"{type(exc).__name__}: {exc}")
             self.out.reset()
 
@@ -216,7 +307,31 @@ class ConnectionLifecycle:
             self.ready_rows -= sum(p.num_rows for p in self.ready.pop(cid, []))
 
 
-def _sort_options() -> pc.SortOptions:
+def sorted_lifecycle(batches: Iterator[pa.RecordBatch], delivery_struct: pa.StructType,
+                     flow_event_struct: pa.StructType, request_response_struct: pa.StructType,
+                     options: LifecycleOptions = LifecycleOptions(), batch_rows: int = 8192,
+                     max_connection_rows: int | None = None) -> Iterator[pa.RecordBatch]:
+    """``lifecycle_batches`` for the lifecycle job's partitions (frames sorted by connection_id, then ``SORT_KEYS``),
+    each whole connection folded and from arrays where that applies, as in the ingest's decode tasks: the same rows.
+    Raises what the machines raise."""
+    life = ConnectionLifecycle(delivery_struct, flow_event_struct, request_response_struct, options, batch_rows,
+                               max_connection_rows=max_connection_rows, strict=True)
+    for batch in batches:
+        yield from life.sorted_frames(batch)
+    yield from life.finish()
+
+
+def sorted_table_lifecycle(frames: pa.Table, fields: list[pa.Field], delivery_struct: pa.StructType,
+                           flow_event_struct: pa.StructType, request_response_struct: pa.StructType,
+                           options: LifecycleOptions = LifecycleOptions(), batch_rows: int = 8192) -> Iterator[pa.RecordBatch]:
+    """``ConnectionLifecycle.sorted_table`` (the lifecycle job's direct tasks): the same rows as ``lifecycle_batches``.
+    Raises what the machines raise."""
+    life = ConnectionLifecycle(delivery_struct, flow_event_struct, request_response_struct, options, batch_rows,
+                               strict=True)
+    yield from life.sorted_table(frames, fields)
+
+
+def sort_options() -> pc.SortOptions:
     """``connection_id`` then ``SORT_KEYS``, ascending, nulls first (Spark's ascending order): per key where pyarrow
     takes that (25 deprecates the global setting)."""
     keys = ("connection_id", *SORT_KEYS)
@@ -226,7 +341,7 @@ def _sort_options() -> pc.SortOptions:
         return pc.SortOptions([(k, "ascending") for k in keys], null_placement="at_start")
 
 
-_SORT = _sort_options()
+_SORT = sort_options()
 
 
 def _table(parts: list[pa.RecordBatch], types: dict[str, pa.DataType]) -> pa.Table:

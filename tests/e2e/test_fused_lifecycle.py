@@ -137,3 +137,37 @@ def test_rerunning_the_ingest_duplicates_no_row(spark, conf, tmp_path):
     retried = ingest_captures.run(spark, c, picked, run_id="five")
     assert [r["capture_id"] for r in retried.captures] == [cid] and retried.lifecycle == [cid]
     assert {t: rows(lake, t) for t in LIFECYCLE} == reference and versions(store) == before
+
+
+# the lifecycle job's paths (amqplens/jobs/lifecycle.py), each on a copy of the two-pass lake's frames, against the
+# two-pass lake's rows (the job's default: direct tasks, folded and from arrays where that applies)
+JOB_PATHS = {
+    # the Spark path (a connection of more than 50 frames: not held, its frames to the machines as they come)
+    "spark, connections streamed": {"lifecycle__direct": "auto", "lifecycle__max_connection_frames": "50"},
+    # direct tasks, the machines alone, about 500 frames a task (many tasks)
+    "direct, machines": {"lifecycle__compiled": "off", "lifecycle__direct_task_frames": "500"},
+    # the Spark path with the machines alone: the job as it was before either
+    "spark, machines": {"lifecycle__direct": "off", "lifecycle__compiled": "off"},
+}
+
+
+@pytest.mark.parametrize("path", sorted(JOB_PATHS))
+def test_every_path_of_the_lifecycle_job_gives_the_same_rows(spark, conf, two_pass, tmp_path, path):
+    lake, done = two_pass
+    copy = tmp_path / "lake"
+    copy.mkdir()
+    for name in ("frames", "captures", "connections"):
+        shutil.copytree(lake / name, copy / name)
+    c = conf.with_overrides(lake__root=str(copy), **JOB_PATHS[path])
+    store = TableStore(spark, str(copy))
+    plan = lifecycle.direct_plan(store, done, 2, c["lifecycle.direct_task_frames"], c["lifecycle.max_connection_frames"])
+    if path.startswith("direct"):  # every connection planned once
+        assert plan is not None and len(plan) > 2
+        planned = [cid for p in plan for cid in json.loads(p)["connections"]]
+        framed = set(DeltaTable(str(lake / "frames")).to_pyarrow_table(columns=["connection_id"]).column(0).to_pylist())
+        assert len(planned) == len(set(planned)) and set(planned) == framed
+    if "streamed" in path:
+        assert plan is None  # a connection of more than 50 frames: the Spark path
+    assert sorted(lifecycle.run(spark, c, run_id="path")) == sorted(done)
+    for name in LIFECYCLE:
+        assert rows(copy, name) == rows(lake, name), (path, name)

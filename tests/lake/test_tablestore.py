@@ -177,6 +177,20 @@ def test_read_arrow_gives_the_units_rows_and_columns_spark_reads(spark, lake):
         assert sorted(zip(*got.to_pydict().values())) == sorted((r.error_id, r.reason) for r in df.collect())
 
 
+def test_null_columns_are_those_no_row_of_the_units_fills(spark, lake):
+    """By the files' statistics: A's rows have no connection_id or direction, one of B's has a connection_id."""
+    store = TableStore(spark, str(lake))
+    cols = ["connection_id", "direction", "reason"]
+    assert store.null_columns("decode_errors", None, cols) == set()  # no table: nothing known to be null
+    b = rows("B", 3)
+    b[1] = (*b[1][:3], "conn-1", *b[1][4:])
+    store.write("decode_errors", frame(spark, rows("A", 3) + b), units={"A": "i:A:v1", "B": "i:B:v1"})
+    assert store.null_columns("decode_errors", ["A"], cols) == {"connection_id", "direction"}
+    assert store.null_columns("decode_errors", ["B"], cols) == {"direction"}
+    assert store.null_columns("decode_errors", None, cols) == {"direction"}
+    assert store.null_columns("decode_errors", ["C"], cols) == set(cols)  # no file: no row fills any
+
+
 def test_many_units_written_by_the_tasks_read_back_as_spark_writes_them(spark, lake, tmp_path):
     """More units than twice the shuffle partitions: the tasks write each unit's files with pyarrow (not Spark's
     writer). The rows read back, every column (nulls, bytes, timestamps, two partition dates), are those a write of
