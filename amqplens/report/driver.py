@@ -148,15 +148,15 @@ def busiest_series(lake: Lake, entity: str, event: str, values: list[str], n: in
     # the n entities' events: their rows of flow_events (millions on a large capture's busiest channels: in Arrow and
     # numpy, not pandas)
     fe = lake.arrow("flow_events", [*keys, "ts", *values], where)
-    entity = _entity_of(fe, top[keys])  # -1: not one of the n
-    keep = entity >= 0
-    fe, entity = fe.filter(pa.array(keep)), entity[keep]
-    t0, t1 = top.t0.to_numpy("int64")[entity], top.t1.to_numpy("int64")[entity]
+    owner = _entity_of(fe, top[keys])  # -1: not one of the n
+    keep = owner >= 0
+    fe, owner = fe.filter(pa.array(keep)), owner[keep]
+    t0, t1 = top.t0.to_numpy("int64")[owner], top.t1.to_numpy("int64")[owner]
     ts = fe.column("ts").cast(pa.int64()).to_numpy()
     scaled = ((ts - t0) * points).astype("float64") / (np.maximum(t1 - t0, 1) + 1)
     slot = np.minimum(np.maximum(np.floor(scaled), 0), points).astype("int64")
     # <= n * (points + 1) rows: one per entity and slot
-    g = (pa.table({"_e": entity, "slot": slot, "ts": ts, **{v: fe.column(v) for v in values}})
+    g = (pa.table({"_e": owner, "slot": slot, "ts": ts, **{v: fe.column(v) for v in values}})
          .group_by(["_e", "slot"]).aggregate([("ts", "min"), *((v, "max") for v in values)]))
     at = pa.array(g.column("_e").to_numpy())
     out = nullable(pa.table({**{k: pa.Array.from_pandas(top[k]).take(at) for k in keys}, "slot": g.column("slot"),
