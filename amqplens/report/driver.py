@@ -131,7 +131,10 @@ SERIES_KEYS = ["connection_id", "channel", "consumer_tag", "link_handle"]
 def busiest_series(lake: Lake, entity: str, event: str, values: list[str], n: int, points: int) -> pd.DataFrame:
     """data.busiest_series: the ``n`` entities with the most ``event`` events, each as at most ``points`` steps."""
     keys = SERIES_KEYS
-    ev = lake.arrow("flow_events", [*keys, "ts"], (f("entity") == entity) & (f("event") == event))
+    # every event of the entity kind, read once (a scan decodes every row of the columns it reads whatever the filter
+    # keeps: two scans, one for the counts and one for the series, decoded the keys twice)
+    rows = lake.arrow("flow_events", [*keys, "ts", "event", *values], f("entity") == entity)
+    ev = rows.select([*keys, "ts"]).filter(pc.fill_null(pc.equal(rows.column("event"), event), False))
     # one row per entity with such events; the n busiest kept
     top = nullable(ev.group_by(keys).aggregate([("ts", "count"), ("ts", "min"), ("ts", "max")]))
     top = _sort(top.rename(columns={"ts_count": "events", "ts_min": "t0", "ts_max": "t1"}), ["events", *keys],
@@ -141,13 +144,15 @@ def busiest_series(lake: Lake, entity: str, event: str, values: list[str], n: in
         empty = pa.schema([*(fields.field(k) for k in keys), pa.field("slot", pa.int64()), fields.field("ts"),
                            *(fields.field(v) for v in values)]).empty_table()
         return as_spark(nullable(empty), timestamps=("ts",))
+    # the n entities' events: their connections' rows first (millions on a large capture's busiest channels: in Arrow
+    # and numpy, not pandas)
     ids = sorted(set(top.connection_id.dropna()))
-    where = (f("entity") == entity) & (_in("connection_id", ids) if ids else f("connection_id").is_null())
+    conn = rows.column("connection_id")
+    near = pc.fill_null(pc.is_in(conn, value_set=pa.array(ids, pa.string())), False)
     if top.connection_id.isna().any():
-        where = (f("entity") == entity) & (_in("connection_id", ids) | f("connection_id").is_null())
-    # the n entities' events: their rows of flow_events (millions on a large capture's busiest channels: in Arrow and
-    # numpy, not pandas)
-    fe = lake.arrow("flow_events", [*keys, "ts", *values], where)
+        near = pc.or_(near, pc.is_null(conn))
+    fe = rows.filter(near)
+    del rows
     owner = _entity_of(fe, top[keys])  # -1: not one of the n
     keep = owner >= 0
     fe, owner = fe.filter(pa.array(keep)), owner[keep]
