@@ -212,7 +212,6 @@ def direct_task(plans, root: str, read: list[str], fields: list[pa.Field], fn, s
     import json
 
     import pyarrow.compute as pc
-    from amqplens.lifecycle.fused import sort_options
 
     store = TableStore(None, root)
     for batch in plans:
@@ -220,23 +219,27 @@ def direct_task(plans, root: str, read: list[str], fields: list[pa.Field], fn, s
             plan = json.loads(text)
             data = store.dataset("frames", [("", rel, 0) for rel in plan["files"]])
             wanted = pc.field("connection_id").isin(pa.array(plan["connections"], pa.string()))
-            # Arrow's default read-ahead holds many batches of rows the filter drops (2.2 -> 3.6 GB here at 2 GB)
-            frames = data.to_table(columns=read, filter=wanted, batch_readahead=2, fragment_readahead=1)
-            frames = _sorted(frames, pc.sort_indices(frames, options=sort_options()))
+            frames = read_sorted(data, read, wanted)
             yield from stage_lifecycle(None, lambda _, frames=frames: fn(frames, fields), staged)
             del frames
 
 
-def _sorted(table: pa.Table, order: pa.Array) -> pa.Table:
-    """``table.take(order)`` a column at a time, each source column let go once taken: the task holds the frames
-    and one column more, not the frames twice."""
-    schema = table.schema
-    columns = list(table.columns)
+def read_sorted(data, columns: list[str], where) -> pa.Table:
+    """The rows of ``data`` (a pyarrow dataset) ``where`` keeps, sorted as the lifecycle sorts a partition, taken a
+    column at a time, each source column let go once taken: the frames and one column more are held, not the frames
+    twice (3.6 -> 2.3 GB for a task of a connection of 3.4M frames)."""
+    import pyarrow.compute as pc
+    from amqplens.lifecycle.fused import sort_options
+
+    # Arrow's default read-ahead holds many batches of rows the filter drops (2.2 -> 3.6 GB here at 2 GB)
+    table = data.to_table(columns=columns, filter=where, batch_readahead=2, fragment_readahead=1)
+    order = pc.sort_indices(table, options=sort_options())
+    schema, source = table.schema, list(table.columns)
     del table
     out = []
-    for k in range(len(columns)):
-        out.append(columns[k].take(order))
-        columns[k] = None
+    for k in range(len(source)):
+        out.append(source[k].take(order))
+        source[k] = None
     return pa.Table.from_arrays(out, schema=schema)
 
 

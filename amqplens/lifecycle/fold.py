@@ -114,9 +114,11 @@ def fold(source: pa.Table, window: int, order: pa.Array | None = None) -> pa.Tab
     k = kernels()
     if source.num_rows == 0 or k is None or any(c not in source.column_names for c in _NEEDED):
         return source if order is None else source.take(order)
-    order = pa.array(np.arange(source.num_rows)) if order is None else order
     read = [c for c in (*_NEEDED, "frame_id") if c in source.column_names]
-    table = source.select(read).take(order)
+    if order is None:  # in order already (the lifecycle job's direct tasks): no copy of the columns read
+        table, order = source.select(read), pa.array(np.arange(source.num_rows))
+    else:
+        table = source.select(read).take(order)
     n = table.num_rows
     ts_col = table.column("ts")
     ts = (ts_col.cast(pa.int64()) if not pa.types.is_integer(ts_col.type) else ts_col)
