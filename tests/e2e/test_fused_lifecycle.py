@@ -171,3 +171,46 @@ def test_every_path_of_the_lifecycle_job_gives_the_same_rows(spark, conf, two_pa
     assert sorted(lifecycle.run(spark, c, run_id="path")) == sorted(done)
     for name in LIFECYCLE:
         assert rows(copy, name) == rows(lake, name), (path, name)
+
+
+def test_direct_tasks_read_their_row_groups_of_frames_written_in_no_order(spark, conf, two_pass, tmp_path):
+    """The two-pass lake's frames rewritten in a random order in row groups of 64 rows, so that each connection's
+    frames are spread over many row groups and no task's rows come in order: each direct task reads only the row
+    groups that hold its connections (fewer than all, in all tasks together about each once), sorts them, and the
+    job's rows equal the two-pass lake's."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    lake, done = two_pass
+    copy = tmp_path / "lake"
+    copy.mkdir()
+    for name in ("captures", "connections"):
+        shutil.copytree(lake / name, copy / name)
+    frames = DeltaTable(str(lake / "frames")).to_pyarrow_table()
+    frames = frames.take(np.random.default_rng(7).permutation(frames.num_rows))
+    store = TableStore(spark, str(copy))
+    staged = store.stage("frames", "shuffled")
+    writer = staged.writer(0, group_rows=64)
+    dates = {}
+    for cid in pc.unique(frames.column("capture_id")).to_pylist():
+        mine = frames.filter(pc.equal(frames.column("capture_id"), cid))
+        dates[cid] = {"capture_date": mine.column("capture_date")[0].as_py().isoformat()}
+        for batch in mine.to_batches(max_chunksize=1000):
+            writer.write(cid, batch)
+    store.commit_staged(staged, writer.close(), units={cid: f"test/{cid}" for cid in dates}, partitions=dates,
+                        run_id="shuffled")
+
+    c = conf.with_overrides(lake__root=str(copy), lifecycle__direct_task_frames="2000")
+    plan = [json.loads(p) for p in lifecycle.direct_plan(store, done, 2, 2000, c["lifecycle.max_connection_frames"])]
+    total = sum(pq_groups(copy / "frames"))
+    read = [sum(len(ids) for ids in p["files"].values()) for p in plan]
+    assert len(plan) > 2 and max(read) < total and sum(read) < 2 * total, (read, total)
+    assert sorted(lifecycle.run(spark, c, run_id="shuffled")) == sorted(done)
+    for name in LIFECYCLE:
+        assert rows(copy, name) == rows(lake, name), name
+
+
+def pq_groups(table_dir) -> list[int]:
+    import pyarrow.parquet as pq
+
+    return [pq.ParquetFile(str(f)).metadata.num_row_groups for f in table_dir.rglob("*.parquet")]

@@ -140,3 +140,32 @@ def test_a_capture_the_machines_raise_on_is_named_and_the_others_are_kept(tmp_pa
     for _, t in lifecycle.OUTPUTS:
         kept = [r for r in _read(tmp_path / "broken", t.name, "fused") if r["capture_id"] not in failed]
         assert kept and kept == [r for r in _read(tmp_path / "clean", t.name, "fused") if r["capture_id"] not in failed], t.name
+
+
+def test_read_sorted_gives_the_rows_in_the_lifecycles_order():
+    """The lifecycle job's direct tasks' read (amqplens/jobs/lifecycle.py): shuffled rows come out in (connection_id,
+    ts, stream_offset, direction) order, nulls first, as Arrow's sort of the same keys gives them; rows already in
+    that order come out as they are (the shortcut that takes no copy)."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from amqplens.jobs.lifecycle import read_sorted
+    from amqplens.lifecycle.fused import sort_options
+
+    rng = np.random.default_rng(3)
+    n = 500
+    table = pa.table({
+        "connection_id": pa.array([f"c{int(i)}" for i in rng.integers(0, 5, n)]),
+        "ts": pa.array([None if k % 50 == 0 else int(t) for k, t in enumerate(rng.integers(0, 40, n))], pa.int64()),
+        "stream_offset": pa.array(rng.integers(0, 3, n), pa.int64()),
+        "direction": pa.array([None if k % 77 == 0 else ("to_server", "to_client")[int(d)]
+                               for k, d in enumerate(rng.integers(0, 2, n))]),
+        "row": pa.array(np.arange(n)),
+    })
+    everything = ds.field("row") >= 0
+    got = read_sorted(ds.dataset(table), table.column_names, everything)
+    want = table.take(pc.sort_indices(table, options=sort_options()))
+    assert got.equals(want) and not got.equals(table)
+    again = read_sorted(ds.dataset(want), want.column_names, everything)
+    assert again.equals(want)
