@@ -169,6 +169,7 @@ def direct_plan(store: TableStore, units: list[str], tasks: int, task_frames: in
     import json
 
     import numpy as np
+    import pyarrow.parquet as pq
     from amqplens.decode.capture.headscan import bins
 
     dt = store.delta("frames")
@@ -180,12 +181,14 @@ def direct_plan(store: TableStore, units: list[str], tasks: int, task_frames: in
     counts: dict[str, int] = {}
     where: dict[str, set[tuple[int, int]]] = {}  # connection -> (file, row group)
     for k, f in enumerate(files):
-        (fragment,) = store.dataset("frames", [f], dictionary=("connection_id",)).get_fragments()
-        for part in fragment.split_by_row_group():
-            ids = part.to_table(columns=["connection_id"]).column(0)
+        (fragment,) = store.dataset("frames", [f]).get_fragments()
+        with fragment.filesystem.open_input_file(fragment.path) as source:
+            pf = pq.ParquetFile(source, read_dictionary=["connection_id"])
+            columns = [pf.read_row_group(g, columns=["connection_id"]).column(0) for g in range(pf.num_row_groups)]
+        for g, ids in enumerate(columns):
             if ids.null_count:
                 return None
-            group = (k, part.row_groups[0].id)
+            group = (k, g)
             for chunk in ids.chunks:
                 per = np.bincount(chunk.indices.to_numpy(), minlength=len(chunk.dictionary))
                 for cid, m in zip(chunk.dictionary.to_pylist(), per.tolist()):
