@@ -610,7 +610,8 @@ def console(argv: list[str] | None = None) -> None:
     global _program
 
     _program = True
-    global _stderr_fd
+    global _stderr_fd, _main_pid
+    _main_pid = os.getpid()
     _stderr_fd = os.dup(2)  # while the JVM starts, fd 2 is its log file (quiet_jvm): the Ctrl-C line goes here
     signal.signal(signal.SIGINT, _interrupted)
     try:
@@ -648,6 +649,11 @@ def _interrupted(signum, frame) -> None:
     """Ctrl-C: one line, exit 130, at once. Every commit is whole or absent (a kill at any moment leaves the lake a
     rerun finishes, the crash-restart tests' promise), so nothing is waited for; the JVM, its stdin closed, exits
     too. No py4j traceback: the Python side is gone before the JVM's end can raise in it."""
+    if os.getpid() != _main_pid:
+        # a child forked by this process that has not exec'd yet (pyspark starts the JVM with a preexec_fn, Python
+        # code in the child, which a Ctrl-C to the process group can reach before it ignores SIGINT): the line is
+        # the main process's to write, once (seen: the line twice when Ctrl-C came as Spark started)
+        os._exit(130)
     from amqplens import progress
 
     where = f"during {progress._current.name}" if progress._current is not None else "while Spark started"
@@ -660,6 +666,7 @@ def _interrupted(signum, frame) -> None:
 
 
 _stderr_fd = 2  # the terminal's stderr, kept by console()
+_main_pid = os.getpid()  # the process whose Ctrl-C handler speaks (console() sets it)
 
 
 def job_main(job: str, argv: list[str] | None = None) -> None:
