@@ -151,11 +151,8 @@ class ConnectionLifecycle:
         self.types.update((f.name, f.type) for f in fields if f.name not in self.types)
         n = frames.num_rows
         if n:
-            conn = frames.column("connection_id")
-            changed = pc.not_equal(conn.slice(1), conn.slice(0, n - 1)) if n > 1 else pa.chunked_array([], pa.bool_())
-            ends = [*(np.flatnonzero(pc.fill_null(changed, True).to_numpy()) + 1).tolist(), n]
             start = 0
-            for end in ends:
+            for end in _run_starts(frames.column("connection_id"))[1:] + [n]:
                 if end - start >= self.batch_rows or end == n:
                     group = frames.slice(start, end - start)
                     captures = pc.unique(group.column("capture_id")).to_pylist()
@@ -180,8 +177,7 @@ class ConnectionLifecycle:
         n = batch.num_rows
         live = batch.select([c for c in self.types if batch.column(c).null_count < n])  # all null here: in every slice
         conn = batch.column("connection_id")
-        changed = pc.fill_null(pc.not_equal(conn.slice(1), conn.slice(0, n - 1)), True) if n > 1 else pa.array([], pa.bool_())
-        starts = [0, *(np.flatnonzero(changed.to_numpy(zero_copy_only=False)) + 1).tolist()]
+        starts = _run_starts(conn)
         for start, end in zip(starts, starts[1:] + [n]):
             if self.strict and conn[start].as_py() in self.done:
                 raise ValueError(f"frames of connection {conn[start].as_py()} after it was whole")
@@ -329,6 +325,15 @@ def sorted_table_lifecycle(frames: pa.Table, fields: list[pa.Field], delivery_st
     life = ConnectionLifecycle(delivery_struct, flow_event_struct, request_response_struct, options, batch_rows,
                                strict=True)
     yield from life.sorted_table(frames, fields)
+
+
+def _run_starts(conn: pa.Array | pa.ChunkedArray) -> list[int]:
+    """Where each run of equal connection ids begins (0 first; a null differs from its neighbours)."""
+    n = len(conn)
+    if n < 2:
+        return [0][:n]
+    changed = pc.fill_null(pc.not_equal(conn.slice(1), conn.slice(0, n - 1)), True)
+    return [0, *(np.flatnonzero(changed.to_numpy(zero_copy_only=False)) + 1).tolist()]
 
 
 def sort_options() -> pc.SortOptions:
