@@ -389,99 +389,173 @@ def errors(inp: Inputs, bucket_s: int) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------ metrics_flow (flow.py)
-def _next_in_entity(iv: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
-    """``iv`` sorted by entity, ts, stream_offset, event_id (nulls first, stably: Arrow's multi-key sort, not pandas'
-    factorising of every key), and each row's entity's next ``ts`` (Spark's ``lead`` over the entity's window; null
-    for its last row): rows whose entity columns all equal the next row's (nulls equal, as a window's partition
-    keys) are of one entity."""
+def _numbers(s: pd.Series, dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """A nullable column as (values, null mask) in numpy: a null's value is 0."""
+    return s.to_numpy(dtype=dtype, na_value=0), s.isna().to_numpy()
+
+
+def _greatest_numbers(a, am, b, bm) -> tuple[np.ndarray, np.ndarray]:
+    """Spark's ``greatest`` of two nullable integer columns: the larger non-null value, null when both are null."""
+    return np.where(am, b, np.where(bm, a, np.maximum(a, b))), am & bm
+
+
+def _bucket_numbers(v: np.ndarray, null: np.ndarray, bucket_s: int) -> tuple[np.ndarray, np.ndarray]:
+    """``bucket_of`` on (values, null mask): floor(us / b) * b, the division in doubles as Spark's ``/``."""
+    b = bucket_s * 1_000_000
+    f = np.floor(np.where(null, np.nan, v.astype(np.float64)) / b)
+    bad = np.isnan(f)
+    return np.where(bad, 0, f).astype(np.int64) * b, bad
+
+
+def _looked_up(values: np.ndarray, null: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(values, null mask) at the positions ``at`` (-1: not found, null)."""
+    found = at >= 0
+    v, m = np.zeros(len(at), values.dtype), np.ones(len(at), np.bool_)
+    v[found], m[found] = values[at[found]], null[at[found]]
+    return v, m
+
+
+def _index_in(values: pd.Series, keys: pd.Series) -> np.ndarray:
+    """Each value's position in ``keys`` (unique, no null), -1 where it is not there or null: Arrow's hash lookup."""
+    key = _sarr(keys)
+    found = pc.index_in(_sarr(values), value_set=key.combine_chunks() if isinstance(key, pa.ChunkedArray) else key)
+    return pc.fill_null(found, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _entity_runs(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``ev``'s rows sorted by entity, ts, stream_offset, event_id (nulls first, stably: Arrow's multi-key sort, as
+    Spark's window orders an entity's rows) and, in that order, whether each row is of the row before's entity (its
+    entity columns all equal, nulls equal, as a window's partition keys)."""
     keys = [*ENTITY, "ts", "stream_offset", "event_id"]
-    cols = pa.table({k: pa.array(iv[k], from_pandas=True) for k in keys})
+    cols = pa.table({k: pa.array(ev[k], from_pandas=True) for k in keys})
     order = pc.sort_indices(cols, sort_keys=[(k, "ascending", "at_start") for k in keys]).to_numpy()
-    iv = iv.iloc[order]
-    n = len(iv)
-    same = np.ones(max(n - 1, 0), np.bool_)
-    entity = cols.select(list(ENTITY)).take(pa.array(order))
-    for k in ENTITY:
-        col = entity.column(k).combine_chunks()
-        a, b = col.slice(1), col.slice(0, max(n - 1, 0))
-        equal = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
-        same &= equal.to_numpy(zero_copy_only=False)
-    ts = iv["ts"]
-    values = np.r_[ts.to_numpy(dtype=np.int64, na_value=0)[1:], 0] if n else np.zeros(0, np.int64)
-    missing = np.r_[~same | ts.isna().to_numpy()[1:], True] if n else np.zeros(0, np.bool_)
-    return iv, pd.Series(pd.arrays.IntegerArray(values, missing), index=iv.index)
+    n = len(order)
+    same = np.zeros(n, np.bool_)
+    if n > 1:
+        same[1:] = True
+        entity = cols.select(list(ENTITY)).take(pa.array(order))
+        for k in ENTITY:
+            col = entity.column(k).combine_chunks()
+            a, b = col.slice(1), col.slice(0, n - 1)
+            equal = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+            same[1:] &= equal.to_numpy(zero_copy_only=False)
+    return order, same
 
 
-def _intervals(inp: Inputs) -> pd.DataFrame:
-    """``flow._intervals``: each flow event's state from its time to the entity's next event (or the connection's end)."""
+def _entity_names(first: pd.DataFrame) -> pd.DataFrame:
+    """``flow._intervals``' naming, once per entity (``first``: one row of each): its kind, name and channel."""
+    c, ch, kind = first["connection_id"], first["channel"], first["entity"]
+    handle = concat(_str(first.index, "handle "), _text(first["link_handle"]))
+    dest = concat(_str(first.index, "destination "), first["consumer_tag"])
+    conds = [_true(kind == "connection"), _true(kind == "consumer"), _true(kind == "link")]
+    name = pd.Series(np.select(conds, [c.astype(object).to_numpy(),
+                                       concat_ws("/", c, ch, first["consumer_tag"]).astype(object).to_numpy(),
+                                       concat_ws("/", c, ch, handle.fillna(dest)).astype(object).to_numpy()],
+                               concat_ws("/", c, ch).astype(object).to_numpy()), index=first.index, dtype=STRING)
+    return pd.DataFrame({"entity_kind": kind.astype(STRING), "entity": name, "connection_id": c.astype(STRING),
+                         "channel": ch.where(_true(kind != "connection"), pd.NA).astype("Int32")})
+
+
+def _state_metrics(inp: Inputs, bucket_s: int) -> pd.DataFrame:
+    """``flow._state_metrics`` (``_intervals``, ``_cut``, the sums per group) in numpy on each event's numbers: each
+    flow event's state lasts from its time to its entity's next event's (or its connection's end); each interval
+    counts in the bucket it starts in, the one it ends in (once if the same) and the whole capture. The entity's text
+    columns are made once per entity, never per interval; the sums per group by Arrow's group-by."""
     ev = inp.flow_events
     # the causing frame's stream_offset: the digits after the frame_id's last "-" (Spark: element_at(split(..), -1)
     # cast to long), in Arrow; what is not a number of at most 18 digits is null, never an error
     last = pc.extract_regex(_sarr(ev["frame_id"]), r"(?:^|-)(?P<o>\d{1,18})$")
     offset = pc.cast(pc.struct_field(last, [0]), pa.int64())
     ev = ev.assign(stream_offset=pd.Series(pd.array(offset.to_pandas(types_mapper=pd.ArrowDtype).astype("Int64")), index=ev.index))
-    conn = inp.connections[["connection_id", "dialect", "end_ts"]].rename(columns={"end_ts": "conn_end"})
-    conn = conn[conn["connection_id"].notna()].drop_duplicates("connection_id")
-    # rows: connection_id is unique in conn (nulls left out): flow_events
-    iv = ev.merge(conn, on="connection_id", how="left")
-    iv, nxt = _next_in_entity(iv)
-    iv["t0"] = iv["ts"]
-    t1 = nxt.fillna(iv["conn_end"])
-    iv["t1"] = greatest(iv["t0"], t1.fillna(iv["t0"]))
-    c, ch = iv["connection_id"], iv["channel"]
-    kind = iv["entity"]
-    handle = concat(_str(iv.index, "handle "), _text(iv["link_handle"]))
-    dest = concat(_str(iv.index, "destination "), iv["consumer_tag"])
-    conds = [_true(kind == "connection"), _true(kind == "consumer"), _true(kind == "link")]
-    name = pd.Series(np.select(conds, [c.astype(object).to_numpy(),
-                                       concat_ws("/", c, ch, iv["consumer_tag"]).astype(object).to_numpy(),
-                                       concat_ws("/", c, ch, handle.fillna(dest)).astype(object).to_numpy()],
-                               concat_ws("/", c, ch).astype(object).to_numpy()), index=iv.index, dtype=STRING)
-    iv["entity_kind"] = kind.astype(STRING)
-    iv["entity"] = name
-    iv["channel"] = ch.where(_true(kind != "connection"), pd.NA).astype("Int32")
-    return iv
-
-
-def _cut(iv: pd.DataFrame, caps: pd.DataFrame, bucket_s: int) -> pd.DataFrame:
-    """``flow._cut``: each interval in the bucket it starts in, the one it ends in (once if the same) and the whole."""
+    order, same = _entity_runs(ev)
+    n = len(order)
+    # each row's entity as a number (sorted order: an entity's rows are one run); its first row in ev
+    code = np.cumsum(~same) - 1 if n else np.zeros(0, np.int64)
+    firsts = order[np.flatnonzero(~same)]
+    conn = inp.connections[["connection_id", "dialect", "end_ts"]]
+    conn = conn[conn["connection_id"].notna()].drop_duplicates("connection_id").reset_index(drop=True)
+    # rows: connection_id is unique in conn (the left join as a hash lookup, once per entity): flow_events
+    at = _index_in(ev["connection_id"].iloc[firsts], conn["connection_id"])[code]
+    end_v, end_m = _looked_up(*_numbers(conn["end_ts"]), at)
+    t0, t0m = (a[order] for a in _numbers(ev["ts"]))
+    # the entity's next time (Spark's lead over its window), else the connection's end; then at least t0
+    nxt_m = np.r_[~same[1:] | t0m[1:], True] if n else np.zeros(0, np.bool_)
+    nxt = np.r_[t0[1:], 0] if n else np.zeros(0, np.int64)
+    t1c, t1cm = np.where(nxt_m, end_v, nxt), nxt_m & end_m
+    t1, t1m = _greatest_numbers(t0, t0m, *(np.where(t1cm, t0, t1c), t1cm & t0m))
+    # the inner join with the captures (one row each), as a hash lookup
+    caps = inp.caps().reset_index(drop=True)
+    cap = _index_in(ev["capture_id"], caps["capture_id"])[order]
+    inside = cap >= 0
     b = bucket_s * 1_000_000
-    # rows: one caps row per capture: the intervals, then each in <= 2 buckets and the whole (<= 3 x intervals)
-    iv = iv.drop(columns=["capture_date"], errors="ignore").merge(caps, on="capture_id", how="inner")
-    s0 = bucket_of(iv["t0"], bucket_s)
-    s1 = bucket_of(greatest(iv["t1"] - 1, iv["t0"]), bucket_s)
-    same = _true(s0 == s1) | (s0.isna() & s1.isna()).to_numpy()
-    parts = [iv.assign(bs=s0), iv[~same].assign(bs=s1[~same]), iv.assign(bs=_int(iv.index))]
-    rows = pd.concat(parts, ignore_index=True)
-    bs = rows["bs"].astype("Int64")
-    whole = bs.isna().to_numpy()
-    inside = greatest(_int(rows.index, 0), least(rows["t1"], bs + b) - greatest(rows["t0"], bs))
-    rows["overlap_us"] = (rows["t1"] - rows["t0"]).where(whole, inside).astype("Int64")
-    rows["bucket_start"] = rows["first_ts"].fillna(0).astype("Int64").where(whole, bs)
-    rows["bucket_seconds"] = pd.Series(np.where(whole, 0, bucket_s), index=rows.index, dtype="Int32")
-    return rows.drop(columns=["bs", "first_ts"])
+    s0, s0m = _bucket_numbers(t0, t0m, bucket_s)
+    s1, s1m = _bucket_numbers(*_greatest_numbers(t1 - 1, t1m, t0, t0m), bucket_s)
+    one = ((s0 == s1) & ~s0m & ~s1m) | (s0m & s1m)
+    # each interval in the bucket it starts in, the one it ends in (where another) and the whole capture (a null start)
+    rows = np.r_[np.flatnonzero(inside), np.flatnonzero(inside & ~one), np.flatnonzero(inside)]
+    k1 = int(inside.sum())
+    bs = np.r_[s0[inside], s1[inside & ~one], np.zeros(k1, np.int64)]
+    bsm = np.r_[s0m[inside], s1m[inside & ~one], np.ones(k1, np.bool_)]
+    r0, r0m, r1, r1m = t0[rows], t0m[rows], t1[rows], t1m[rows]
+    lo = np.where(r0m, bs, np.maximum(r0, bs))  # greatest(t0, bs); bs is not null where it is read
+    hi = np.where(r1m, bs + b, np.minimum(r1, bs + b))  # least(t1, bs + b)
+    ov = np.where(bsm, r1 - r0, np.maximum(0, hi - lo))
+    ovm = np.where(bsm, r0m | r1m, False)
+    first_v, first_m = _numbers(caps["first_ts"])
+    rcap = cap[rows]
+    start = np.where(bsm, np.where(first_m[rcap], 0, first_v[rcap]), bs)
+    seconds = np.where(bsm, 0, bucket_s).astype(np.int32)
 
+    taken = order[rows]
 
-def _state_metrics(inp: Inputs, bucket_s: int) -> pd.DataFrame:
-    rows = _cut(_intervals(inp), inp.caps(), bucket_s)
-    ov = rows["overlap_us"]
-    limited = rows["prefetch_count"] > 0
-    zero = pd.Series(0, index=rows.index, dtype="Int64")
-    during = lambda cond: ov.where(_true(cond), zero)  # noqa: E731
-    ratio = rows["in_flight"].astype("Float64") / rows["prefetch_count"].astype("Float64")
-    cols = pd.DataFrame({
-        "obs": ov, "pref_obs": ov.where(_true(limited), pd.NA),
-        "at_limit": during(limited & (rows["in_flight"] >= rows["prefetch_count"])),
-        "util_w": ((ov * rows["in_flight"]).astype("Float64") / rows["prefetch_count"].astype("Float64")).where(_true(limited), pd.NA),
-        "util_max": ratio.where(_true(limited), pd.NA),
-        "blocked": during(rows["blocked"]), "flow_off": during(rows["flow_active"] == False),  # noqa: E712
-        "has_credit": rows["link_credit"].notna(),
-        "zero_credit": during(rows["link_credit"] == 0),
-        "zero_window": during((rows["remote_incoming_window"] == 0) | (rows["incoming_window"] == 0)),
+    def col(name, dtype=np.int64):
+        v, m = _numbers(ev[name], dtype)
+        return v[taken], m[taken]
+
+    pf, pfm = col("prefetch_count")
+    fl, flm = col("in_flight")
+    limited = ~pfm & (pf > 0)
+    zero = lambda cond: pa.array(np.where(cond, ov, 0), mask=cond & ovm)  # noqa: E731 ``ov.where(cond, 0)``
+    ratio = np.where(limited, fl / np.where(limited, pf, 1), np.nan)
+    flow_active, flow_m = col("flow_active", np.bool_)
+    blocked, blocked_m = col("blocked", np.bool_)
+    credit, credit_m = col("link_credit")
+    window, window_m = col("incoming_window")
+    remote, remote_m = col("remote_incoming_window")
+    with np.errstate(over="ignore"):
+        weighted = (ov * fl).astype(np.float64) / np.where(limited, pf, 1)
+    parts = pa.table({
+        "_e": code[rows], "_cap": rcap, "_start": start, "_seconds": seconds,
+        "obs": pa.array(ov, mask=ovm), "pref_obs": pa.array(ov, mask=ovm | ~limited),
+        "at_limit": zero(limited & ~flm & (fl >= pf)),
+        "util_w": pa.array(weighted, mask=ovm | flm | ~limited), "util_max": pa.array(ratio, mask=flm | ~limited),
+        "blocked": zero(~blocked_m & blocked), "flow_off": zero(~flow_m & ~flow_active),
+        "has_credit": pa.array(~credit_m),
+        "zero_credit": zero(~credit_m & (credit == 0)),
+        "zero_window": zero((~remote_m & (remote == 0)) | (~window_m & (window == 0))),
     })
-    g = cols.groupby([rows[k] for k in Frame.KEYS], dropna=False, sort=False)
-    agg = pd.DataFrame({c: (g[c].max() if c in ("util_max", "has_credit") else g[c].sum(min_count=1)) for c in cols.columns})
-    agg = agg.reset_index()
+    sums = ["obs", "pref_obs", "at_limit", "util_w", "blocked", "flow_off", "zero_credit", "zero_window"]
+    agg = parts.group_by(["_e", "_cap", "_start", "_seconds"], use_threads=False).aggregate(
+        [(c, "sum") for c in sums] + [("util_max", "max"), ("has_credit", "max")])
+    agg = _frame(agg.rename_columns([c.removesuffix("_sum").removesuffix("_max") for c in agg.column_names]))
+    # each group's entity, its capture and connection's dialect: a lookup of the entity's first row
+    names = _entity_names(ev.iloc[firsts].reset_index(drop=True))
+    e = agg["_e"].to_numpy(np.int64)
+    g = names.iloc[e].reset_index(drop=True)
+    ae = at[np.flatnonzero(~same)][e]  # each group's entity's connection in conn
+    found = ae >= 0
+    dialect = pd.Series(pd.NA, index=range(len(e)), dtype=STRING)
+    dialect[found] = conn["dialect"].iloc[ae[found]].to_numpy()
+    ci = agg["_cap"].to_numpy(np.int64)
+    keyed = pd.DataFrame({"capture_id": caps["capture_id"].iloc[ci].reset_index(drop=True),
+                          "capture_date": caps["capture_date"].iloc[ci].reset_index(drop=True),
+                          "bucket_start": agg["_start"], "bucket_seconds": agg["_seconds"].astype("Int32"),
+                          **{k: g[k] for k in ("entity_kind", "entity", "connection_id", "channel")}, "dialect": dialect})
+    # entities alike in every key column (a connection's rows named from two channels) are one group, as Spark's
+    rows_ = pd.concat([keyed, agg[sums + ["util_max", "has_credit"]]], axis=1)
+    gg = rows_.groupby(list(Frame.KEYS), dropna=False, sort=False)
+    agg = pd.DataFrame({c: (gg[c].max() if c in ("util_max", "has_credit") else gg[c].sum(min_count=1))
+                        for c in [*sums, "util_max", "has_credit"]}).reset_index()
     k = agg["entity_kind"]
     prefetch_entity = k.isin(["channel", "consumer"]) & agg["pref_obs"].notna()
     specs = [
