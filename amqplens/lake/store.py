@@ -218,13 +218,15 @@ class TableStore:
             df = df.where(F.col(t.replace_by[0]).isin(list(units)))
         return df
 
-    def read_arrow(self, name: str, columns: Sequence[str], units=None, *, threads: bool = False, where=None) -> pa.Table:
+    def read_arrow(self, name: str, columns: Sequence[str], units=None, *, threads: bool = False, where=None,
+                   dictionary: Sequence[str] = ()) -> pa.Table:
         """The current snapshot's ``columns`` of the rows whose ``replace_by`` value is one of ``units`` (None: every
         row), read by delta-rs on the driver: no Spark job, for a stage that only looks a few rows up (the captures
         table holds one row per capture). Empty, with no columns, if the table does not exist.
 
         ``where``: a pyarrow dataset expression the rows must meet, applied batch by batch as the files are read (only
-        the rows kept are held). ``threads``: scan with Arrow's thread pool. Off by default: a lookup is the last thing a run does before the
+        the rows kept are held). ``dictionary``: string columns read as their Parquet dictionaries' codes (``dataset``).
+        ``threads``: scan with Arrow's thread pool. Off by default: a lookup is the last thing a run does before the
         interpreter exits, and a scan's threads still winding down then abort the process (``terminate called
         without an active exception``, exit 134: 6 of 10 runs of a session plus a lookup, none without threads).
 
@@ -239,7 +241,8 @@ class TableStore:
             return pa.table({})
         (rkey,) = table_def(name).replace_by
         files, exact = self.unit_files(name, dt, units)
-        data = self.dataset(name, files)
+        # the unit's own column stays text where a filter reads it
+        data = self.dataset(name, files, [c for c in dictionary if exact or c != rkey])
         wanted = None if exact else pc.field(rkey).isin(pa.array(list(units or ()), pa.string()))
         if where is not None:
             wanted = where if wanted is None else wanted & where

@@ -230,8 +230,11 @@ class Inputs:
             return schema.empty_table() if data.num_columns == 0 else data.cast(schema)
 
         self.captures = _frame(read("captures", ("capture_id", "capture_date", "first_ts", "path")))
-        # the frames for heartbeats: every frame, six columns
-        self.frames = _frame(read("frames", HEARTBEAT_COLUMNS))
+        # the frames for heartbeats: every frame, six columns, kept in Arrow, the text columns as their Parquet
+        # dictionaries' codes (a capture's frames name a few connections): the 2 GB load capture's 12.4M frames as
+        # pandas strings were about 2 GB, as codes about 0.3 GB
+        self.frames = store.read_arrow("frames", HEARTBEAT_COLUMNS, capture_ids, threads=True,
+                                       dictionary=HEARTBEAT_COLUMNS[:4] + HEARTBEAT_COLUMNS[5:])
         f = pc.field
         control = ((f("class_name") == "basic") & (f("method_name") == "consume")) | (
             (f("class_name") == "connection") & f("method_name").isin(["open-ok", "close"])) | (
@@ -575,29 +578,54 @@ def _state_metrics(inp: Inputs, bucket_s: int) -> pd.DataFrame:
     return m.assign(direction=_str(m.index, pd.NA))
 
 
+def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """A dictionary-encoded column of ``table`` as (each row's code, -1 for null; the dictionary's values as an
+    object array with None last, so that code -1 names null). A column read plain is encoded here."""
+    col = table.column(name) if table.num_columns else pa.chunked_array([], pa.string())
+    if not pa.types.is_dictionary(col.type):
+        col = col.dictionary_encode()
+    col = pa.table({"c": col}).unify_dictionaries().column(0)  # one dictionary for every chunk
+    values = col.chunk(0).dictionary if col.num_chunks else pa.array([], pa.string())
+    codes = [pc.fill_null(c.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64) for c in col.chunks]
+    return (np.concatenate(codes) if codes else np.zeros(0, np.int64)), np.array([*values.to_pylist(), None], dtype=object)
+
+
 def _heartbeat_metrics(inp: Inputs, bucket_s: int) -> pd.DataFrame:
     """``flow._heartbeat_metrics`` with each frame a slot of its own (the same rows as counted per slot), on integer
     codes: the frames ordered per (connection, direction) by time, each frame's gap to the one before and the
     heartbeats it missed in arrays, counted per (capture, connection, dialect, direction, bucket) and those counts
-    summed again for the whole capture; the key columns' text comes back only for the groups."""
+    summed again for the whole capture; the key columns' text comes back only for the groups (the frames' text
+    columns are read as their Parquet dictionaries' codes, never as text per frame)."""
     conn = inp.connections[["connection_id", "heartbeat", "server_idle_timeout_ms", "client_idle_timeout_ms"]]
     conn = conn[conn["connection_id"].notna()].drop_duplicates("connection_id").reset_index(drop=True)
     f = inp.frames
-    # rows: connection_id is unique in conn (the inner join as an index lookup): the frames of known connections
-    at = pd.Index(conn["connection_id"]).get_indexer(f["connection_id"])
-    keep = at >= 0
-    f, at = f[keep], at[keep]
-    c = conn.iloc[at]
-    to_server = _true(f["direction"] == "to_server")
-    idle = np.where(to_server, c["server_idle_timeout_ms"].to_numpy("float64", na_value=np.nan),
-                    c["client_idle_timeout_ms"].to_numpy("float64", na_value=np.nan))
-    value = np.where(_true(f["dialect"] == "1.0"), idle / 1000.0, c["heartbeat"].to_numpy("float64", na_value=np.nan))
+    cid, cid_names = _codes(f, "connection_id")
+    # rows: connection_id is unique in conn (the inner join as a lookup, once per distinct id): the frames of known
+    # connections
+    at_name = _index_in(pd.Series(cid_names[:-1], dtype=STRING), conn["connection_id"])
+    at = np.r_[at_name, -1][cid]
+    keep = np.flatnonzero(at >= 0)
+    at = at[keep]
+    number = lambda col: conn[col].to_numpy("float64", na_value=np.nan)[at]  # noqa: E731
+
+    def coded(name):
+        code, names = _codes(f, name)
+        return code[keep], names
+
+    direction, dir_names = coded("direction")
+    dialect_all, dialect_names = coded("dialect")
+    frame_type, type_names = coded("frame_type")
+    capture, cap_all_names = coded("capture_id")
+    ts_col = f.column("ts") if f.num_columns else pa.chunked_array([], pa.timestamp("us"))
+    ts_col = pc.cast(ts_col, pa.int64())
+    ts_null = ts_col.is_null().to_numpy(zero_copy_only=False)[keep]
+    ts = pc.fill_null(ts_col, 0).to_numpy(zero_copy_only=False)[keep]
+    to_server = (dir_names == "to_server")[direction]
+    idle = np.where(to_server, number("server_idle_timeout_ms"), number("client_idle_timeout_ms"))
+    value = np.where((dialect_names == "1.0")[dialect_all], idle / 1000.0, number("heartbeat"))
     interval = np.where(value > 0, value, np.nan)  # NaN: null (no interval, or not above 0)
-    known = f["frame_type"].notna().to_numpy()
-    hb = f["frame_type"].isin(["heartbeat", "empty"]).to_numpy(dtype=bool) & known
-    ts_null = f["ts"].isna().to_numpy()
-    ts = f["ts"].to_numpy("int64", na_value=0)
-    direction, dir_names = pd.factorize(f["direction"], use_na_sentinel=False)
+    known = frame_type >= 0
+    hb = np.isin(type_names, ["heartbeat", "empty"])[frame_type] & known
     # each (connection, direction) in time order, a null time first (as Spark's window orders them)
     order = np.lexsort((np.where(ts_null, np.iinfo(np.int64).min, ts), direction, at))
     same = np.zeros(len(order), bool)
@@ -611,9 +639,8 @@ def _heartbeat_metrics(inp: Inputs, bucket_s: int) -> pd.DataFrame:
     missed[over] = np.floor(gap[over] / iv[over]).astype(np.int64)
     b = bucket_s * 1_000_000
     bucket = np.floor(t / b).astype(np.int64) * b
-    cap, cap_names = pd.factorize(f["capture_id"].iloc[order], use_na_sentinel=False)
-    dialect, dialect_names = pd.factorize(f["dialect"].iloc[order], use_na_sentinel=False)
-    slots = pd.DataFrame({"_cap": cap, "_conn": at[order], "_dialect": dialect, "_dir": direction[order],
+    cap_names = cap_all_names
+    slots = pd.DataFrame({"_cap": capture[order], "_conn": at[order], "_dialect": dialect_all[order], "_dir": direction[order],
                           "_bucket": np.where(ts_null[order], -1, bucket), "_bnull": ts_null[order],
                           "sent": pd.Series(hb[order].astype(np.int64), dtype="Int64").where(known[order], pd.NA),
                           "missed": missed, "interval_s": pd.array(iv, dtype="Float64")})
@@ -696,12 +723,15 @@ def end_to_end(d: pd.DataFrame) -> pd.DataFrame:
         events(rq_d, rq_d["settled_ts"].fillna(rq_d["sent_ts"]), REQUEUE, rq_d["_q"], False, False),
         events(dels, dels["sent_ts"], np.where(_true(dels["redelivered"]), AGAIN, FIRST), dels["_q"], requeued, True),
     ], ignore_index=True)
-    ev["_late"] = ev["_ev"] >= FIRST
-    ev = ev.sort_values(["capture_id", "_key", "_tsk", "_late", "_id"], na_position="first", kind="stable")
     types = {"capture_id": pa.string(), "_key": pa.string(), "_tsk": pa.int64(), "_ev": pa.int32(), "_id": pa.string(),
              "_q": pa.string(), "_rq": pa.bool_(), "sent_ts": pa.int64(), "channel": pa.int32()}
-    t = pa.Table.from_pandas(ev.drop(columns=["_late"]), preserve_index=False,
-                             schema=pa.schema([(c, types.get(c, pa.string())) for c in ev.columns if c != "_late"]))
+    t = pa.Table.from_pandas(ev, preserve_index=False, schema=pa.schema([(c, types.get(c, pa.string())) for c in ev.columns]))
+    del ev
+    # sorted as the shuffle sorts each key's events (nulls first; stable, as the rows came): Arrow's multi-key sort
+    late = pc.greater_equal(t.column("_ev"), FIRST)
+    keys = pa.table({"capture_id": t.column("capture_id"), "_key": t.column("_key"), "_tsk": t.column("_tsk"),
+                     "_late": late, "_id": t.column("_id")})
+    t = t.take(pc.sort_indices(keys, sort_keys=[(k, "ascending", "at_start") for k in keys.column_names]))
     matched = [b for b in fifo_columns(t.to_batches(), payload) if b.num_rows] if t.num_rows else []
     parts = [keyless.astype({"p_us": "Int64"})]
     if matched:
