@@ -255,6 +255,23 @@ def _segment_starts(*cols) -> np.ndarray:
     return new
 
 
+def key_starts(t) -> np.ndarray:
+    """Whether each row of ``t`` (sorted by capture_id, _key) starts a key: a capture or key unlike the row before's
+    (a null like a null), compared in Arrow, not as a Python string per row."""
+    import pyarrow.compute as pc
+
+    n = t.num_rows
+    new = np.zeros(n, bool)
+    if n:
+        new[0] = True
+        for name in ("capture_id", "_key"):
+            col = t.column(name)
+            a, b = col.slice(1), col.slice(0, n - 1)
+            same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+            new[1:] |= ~same.to_numpy(zero_copy_only=False)
+    return new
+
+
 def _segment_cummin(x: np.ndarray, seg: np.ndarray) -> np.ndarray:
     """Running minimum of ``x`` restarting at each segment (``seg``: non-decreasing segment numbers)."""
     span = int(x.max(initial=0)) - int(x.min(initial=0)) + 1
@@ -262,28 +279,31 @@ def _segment_cummin(x: np.ndarray, seg: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(x - shift) + shift
 
 
-def fifo_columns(batches, payload: list[str]):
+def fifo_columns(batches, payload: list[str], compiled: bool = True):
     """``fifo_pass`` in arrays for a partition held whole: the keys whose events are only publishes and first
     deliveries (the common case) take their ranks by the same formula in numpy; the keys with a requeue or a
-    redelivery go through ``fifo_pass``, which stays the reference a test compares with. Yields the same rows (in
-    another order). Memory: the partition's events."""
+    redelivery go through the same rule event by event: compiled (``fifo_rare``), or ``fifo_pass`` with ``compiled``
+    False, which stays the reference a test compares both with. Yields the same rows (in another order). Memory: the
+    partition's events."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     tables = [b for b in batches if b.num_rows]
     if not tables:
         return
     t = pa.Table.from_batches(tables).combine_chunks()
-    cid = pc.fill_null(t.column("capture_id"), "").to_numpy(zero_copy_only=False)
-    key = t.column("_key").to_numpy(zero_copy_only=False)
     ev = t.column("_ev").to_numpy(zero_copy_only=False)
-    knew = _segment_starts(cid, key)
+    knew = key_starts(t)
     kseg = np.cumsum(knew) - 1  # the key's number, in row order (rows come sorted by key)
     rare_key = np.zeros(int(kseg[-1]) + 1, bool)
     np.logical_or.at(rare_key, kseg, (ev == REQUEUE) | (ev == AGAIN))
     rare = rare_key[kseg]
     if rare.any():
-        yield from fifo_pass(t.filter(pa.array(rare)).to_batches(), payload)
+        if compiled:
+            from amqplens.jobs.metrics.fifo_rare import fifo_rare
+
+            yield from fifo_rare(t.filter(pa.array(rare)), payload)
+        else:
+            yield from fifo_pass(t.filter(pa.array(rare)).to_batches(), payload)
     common = ~rare
     pub = common & (ev == PUBLISH)
     # P: the key's publishes up to this row (supply sorts before demand at the same instant)
