@@ -366,10 +366,18 @@ class MetricsSettings(_Section):
         "Spark. The same rows either way (a test compares every column of every row on every fixture); a time the "
         "driver cannot write as Spark does (before year 1 or after 9999) sends the stage to Spark")
     driver_max_rows: Annotated[int, *Int(0)] = setting(
-        2_500_000, "`metrics.engine` auto: frames + deliveries of the captures to do up to which the metrics run on the "
-        "driver (held in its Python process as pandas frames: the frames' 6 heartbeat columns and the control frames, "
-        "the deliveries' 21 columns; about 1.6 KB a row at the peak: the 300 MB load capture's 2.3M rows, 3.5-3.7 GB, "
-        "its metrics 10.5-12.3 s against 37-40 s through Spark)")
+        20_000_000, "`metrics.engine` auto: frames + deliveries of the captures to do up to which the metrics may run on "
+        "the driver, if its estimated peak memory fits too (`metrics.driver_memory_share`). Held in its Python "
+        "process: the control frames, connections and requests; then every frame's 6 heartbeat columns (as dictionary "
+        "codes) and the flow events for metrics_flow and metrics_errors; then, those let go, the deliveries' 20 "
+        "columns for metrics_latency and metrics_settlement; and each table's intermediate frames. The 2 GB load "
+        "capture's 15.6M rows peaked at 9.2 GB (about 600 bytes a row), its metrics 80.7 s on the driver "
+        "(docs/performance.md)")
+    driver_memory_share: Fraction = setting(
+        0.7, "`metrics.engine` auto: the share of the memory available when the stage starts (Linux's MemAvailable) "
+        "that the driver's estimated peak may take: two tables at a time where it fits (600 bytes a frame + delivery), "
+        "else one at a time where that fits (490), else Spark. Where the available memory cannot be read, only "
+        "`metrics.driver_max_rows` decides")
 
 
 class FindingsSettings(_Section):

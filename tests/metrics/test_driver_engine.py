@@ -113,23 +113,39 @@ def test_wild_input_the_same_rows_on_both_engines(spark, wild_lake, monkeypatch)
 
 
 def test_auto_runs_on_the_driver_and_goes_to_spark_past_the_cap(spark, wild_lake, tmp_path, caplog):
-    """``auto`` under the cap writes the driver's rows, past it (``metrics.driver_max_rows=1``) Spark's: the same."""
+    """``auto`` under the cap writes the driver's rows, past it (``metrics.driver_max_rows=1``) Spark's: the same;
+    under the cap but with no memory to spare for it (``metrics.driver_memory_share=0``) Spark's too, and says why."""
     import shutil
 
     conf, store = wild_lake
     out = {}
-    for cap in (10**9, 1):
-        lake = tmp_path / f"cap{cap}"
+    for case, cap, share in (("driver", 10**9, 0.7), ("cap", 1, 0.7), ("memory", 10**9, 0.0)):
+        lake = tmp_path / case
         shutil.copytree(conf["lake.root"], lake)
-        c = conf.with_overrides(lake__root=str(lake), metrics__driver_max_rows=cap)
+        c = conf.with_overrides(lake__root=str(lake), metrics__driver_max_rows=cap, metrics__driver_memory_share=share)
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="amqplens.jobs.metrics"):
             assert sorted(metrics.run(spark, c, run_id="m")) == sorted(_ids(store))
-        assert ("on the driver" in caplog.text) == (cap > 1), caplog.text
+        assert ("on the driver" in caplog.text) == (case == "driver"), caplog.text
+        assert ("metrics.driver_memory_share" in caplog.text) == (case == "memory"), caplog.text
         s = TableStore(spark, str(lake))
-        out[cap] = {name: s.read_arrow(name, table(name).column_names).to_pylist() for name in METRIC_TABLES}
+        out[case] = {name: s.read_arrow(name, table(name).column_names).to_pylist() for name in METRIC_TABLES}
     for name in METRIC_TABLES:
-        assert _differences(out[1][name], out[10**9][name], name)[:5] == [], name
+        assert _differences(out["cap"][name], out["driver"][name], name)[:5] == [], name
+        assert _differences(out["cap"][name], out["memory"][name], name)[:5] == [], name
+
+
+def test_the_driver_takes_two_tables_at_a_time_one_or_none_by_the_memory_it_may_use():
+    from amqplens.jobs.metrics.job import ONE_TABLE_BYTES, TWO_TABLES_BYTES, available_memory, driver_threads
+
+    rows = 15_600_000  # the 2 GB load capture's frames + deliveries
+    assert driver_threads(rows, 0.7, None) == 2  # memory unknown: the row cap alone decides
+    assert driver_threads(rows, 1.0, rows * TWO_TABLES_BYTES) == 2
+    assert driver_threads(rows, 1.0, rows * TWO_TABLES_BYTES - 1) == 1
+    assert driver_threads(rows, 0.5, 2 * rows * ONE_TABLE_BYTES) == 1
+    assert driver_threads(rows, 0.5, 2 * rows * ONE_TABLE_BYTES - 2) == 0
+    assert driver_threads(rows, 0.0, 64 * 2**30) == 0 < driver_threads(0, 0.0, 64 * 2**30)
+    assert available_memory() is None or 0 < available_memory() < 2**50  # type: ignore[operator]
 
 
 def test_a_time_the_driver_cannot_write_as_spark_sends_the_stage_to_spark():

@@ -217,40 +217,55 @@ CONNECTION_COLUMNS = ("connection_id", "capture_id", "dialect", "start_ts", "end
                       "heartbeat", "server_idle_timeout_ms", "client_idle_timeout_ms", "client_properties_json",
                       "client_container_id", "ip_version", "client_ip", "client_port", "server_ip", "server_port")
 HEARTBEAT_COLUMNS = ("capture_id", "connection_id", "direction", "dialect", "ts", "frame_type")
+FLAG_COLUMNS = ("capture_id", "sent_ts", "dialect", "connection_id", "channel", "flags")
 
 
 class Inputs:
-    """What the four tables read of the captures to do, as pandas (nullable dtypes, times in microseconds)."""
+    """What the four tables read of the captures to do, as pandas (nullable dtypes, times in microseconds): the small
+    inputs at once, then ``parts``: "flow" (every frame's heartbeat columns, the flow events, the deliveries' flags)
+    and "deliveries"; ``each_table`` reads one part, computes its tables, lets it go and reads the other."""
 
-    def __init__(self, store, capture_ids: list[str]):
-        def read(name, columns, where=None):
-            t = table_def(name)
-            schema = pa.schema([t.arrow_schema().field(c).with_nullable(True) for c in columns])
-            data = store.read_arrow(name, list(columns), capture_ids, threads=True, where=where)  # the run goes on after it
-            return schema.empty_table() if data.num_columns == 0 else data.cast(schema)
-
-        self.captures = _frame(read("captures", ("capture_id", "capture_date", "first_ts", "path")))
-        # the frames for heartbeats: every frame, six columns, kept in Arrow, the text columns as their Parquet
-        # dictionaries' codes (a capture's frames name a few connections): the 2 GB load capture's 12.4M frames as
-        # pandas strings were about 2 GB, as codes about 0.3 GB
-        self.frames = store.read_arrow("frames", HEARTBEAT_COLUMNS, capture_ids, threads=True,
-                                       dictionary=HEARTBEAT_COLUMNS[:4] + HEARTBEAT_COLUMNS[5:])
+    def __init__(self, store, capture_ids: list[str], parts: tuple[str, ...] = ("flow", "deliveries")):
+        self._store, self._ids = store, capture_ids
+        self.captures = _frame(self._read("captures", ("capture_id", "capture_date", "first_ts", "path")))
         f = pc.field
         control = ((f("class_name") == "basic") & (f("method_name") == "consume")) | (
             (f("class_name") == "connection") & f("method_name").isin(["open-ok", "close"])) | (
             (f("class_name") == "channel") & (f("method_name") == "close")) | f("performative").isin(
             ["open", "attach", "detach", "end", "close"]) | f("decode_error").is_valid()
-        # a second scan keeps only the control frames of each batch as it is read: every frame's 18 columns at once
+        # a scan of its own keeps only the control frames of each batch as it is read: every frame's 18 columns at once
         # were the peak of the stage's memory (1.8 GB for the 300 MB load capture's 1.85M frames)
-        self.control = _frame(read("frames", CONTROL_COLUMNS, where=control))
-        deliveries = read("deliveries", (*DELIVERY_COLUMNS, "flags"))
-        self.flagged = _anomalous_deliveries(deliveries)
-        self.deliveries = _with_queue(_frame(deliveries.drop_columns(["flags"])), self.control)
-        self.flow_events = _frame(read("flow_events", FLOW_COLUMNS))
-        self.connections = _frame(read("connections", CONNECTION_COLUMNS))
-        self.requests = _frame(read("request_responses", ("capture_id", "request_ts", "dialect", "request", "latency_us",
-                                                          "connection_id", "channel")))
-        self.decode_errors = _frame(read("decode_errors", ("capture_id", "ts", "connection_id", "stage", "reason")))
+        self.control = _frame(self._read("frames", CONTROL_COLUMNS, where=control))
+        self.connections = _frame(self._read("connections", CONNECTION_COLUMNS))
+        self.requests = _frame(self._read("request_responses", ("capture_id", "request_ts", "dialect", "request",
+                                                                "latency_us", "connection_id", "channel")))
+        self.decode_errors = _frame(self._read("decode_errors", ("capture_id", "ts", "connection_id", "stage", "reason")))
+        for part in parts:
+            getattr(self, f"read_{part}")()
+
+    def _read(self, name, columns, where=None):
+        t = table_def(name)
+        schema = pa.schema([t.arrow_schema().field(c).with_nullable(True) for c in columns])
+        data = self._store.read_arrow(name, list(columns), self._ids, threads=True, where=where)  # the run goes on after it
+        return schema.empty_table() if data.num_columns == 0 else data.cast(schema)
+
+    def read_flow(self) -> None:
+        """metrics_flow's and metrics_errors' large inputs."""
+        # the frames for heartbeats: every frame, six columns, kept in Arrow, the text columns as their Parquet
+        # dictionaries' codes (a capture's frames name a few connections): the 2 GB load capture's 12.4M frames as
+        # pandas strings were about 2 GB, as codes about 0.3 GB
+        self.frames = self._store.read_arrow("frames", HEARTBEAT_COLUMNS, self._ids, threads=True,
+                                             dictionary=HEARTBEAT_COLUMNS[:4] + HEARTBEAT_COLUMNS[5:])
+        self.flow_events = _frame(self._read("flow_events", FLOW_COLUMNS))
+        self.flagged = _anomalous_deliveries(self._read("deliveries", FLAG_COLUMNS, where=pc.field("flags").is_valid()))
+
+    def drop_flow(self) -> None:
+        self.frames = self.flow_events = None
+
+    def read_deliveries(self) -> None:
+        """metrics_latency's and metrics_settlement's large input."""
+        # a shallow copy of the control frames: another thread may be reading them (``view``)
+        self.deliveries = _with_queue(_frame(self._read("deliveries", DELIVERY_COLUMNS)), self.control.copy(deep=False))
 
     def view(self) -> "Inputs":
         """The same inputs, each frame a shallow copy: a thread of its own reads its view (pandas may consolidate a
@@ -710,24 +725,32 @@ def match_key(d: pd.DataFrame) -> pd.Series:
 def end_to_end(d: pd.DataFrame) -> pd.DataFrame:
     """``e2e.end_to_end``: the deliveries from the broker with ``p_us``, their publish's time (null: unmatched), by
     ``fifo_columns`` over the events of every key sorted as its shuffle sorts them."""
-    d = d.assign(_key=match_key(d))
+    key = match_key(d)
     payload = list(E2E_COLUMNS)  # what latency reads of the matched deliveries, as the Spark path hands on
-    dels = d[_true(d["direction"] == "from_broker")]
-    keyless = dels[dels["_key"].isna().to_numpy()][payload]
+    broker = _true(d["direction"] == "from_broker")
+    keyless = d.loc[broker & key.isna().to_numpy(), payload]
     keyless = keyless.assign(p_us=_int(keyless.index))
-    dels = dels[dels["_key"].notna().to_numpy()]
-    dels = dels.assign(_q=dels["queue"].fillna(concat_ws("/", dels["connection_id"], dels["channel"], dels["consumer_tag"],
-                                                         dels["link_name"])).astype(STRING))
+    # the deliveries with a key: only the columns the events read, the payload left behind (each event carries its
+    # delivery's row number through the pass, the payload is taken after it: the events' sort and the pass move
+    # 2 numbers and 4 texts a row, not 14 columns)
+    at = broker & key.notna().to_numpy()
+    dels = pd.DataFrame({c: d[c][at] for c in ("capture_id", "delivery_id", "queue", "connection_id", "channel",
+                                                "consumer_tag", "link_name", "outcome", "settled_ts", "sent_ts",
+                                                "redelivered")})
+    dels["_key"] = key[at]
+    dels["_row"] = np.flatnonzero(at)
+    dels["_q"] = dels["queue"].fillna(concat_ws("/", dels["connection_id"], dels["channel"], dels["consumer_tag"],
+                                                dels["link_name"])).astype(STRING)
     tsk = lambda s: s.fillna(NULL_US).astype("int64")  # noqa: E731
 
-    def events(df, ts, kind, q, rq, with_payload):
-        out = pd.DataFrame({"capture_id": df["capture_id"], "_key": df["_key"], "_tsk": tsk(ts), "_ev": kind,
-                            "_id": df["delivery_id"], "_q": q, "_rq": rq}, index=df.index)
-        for c in payload[1:]:
-            out[c] = df[c] if with_payload else pd.Series(pd.NA, index=df.index, dtype=df[c].dtype)
-        return out
+    def events(df, ts, kind, q, rq, with_row):
+        return pd.DataFrame({"capture_id": df["capture_id"], "_key": df["_key"], "_tsk": tsk(ts), "_ev": kind,
+                             "_id": df["delivery_id"], "_q": q, "_rq": rq,
+                             "_row": df["_row"] if with_row else np.int64(-1)}, index=df.index)
 
-    pubs_d = d[_true((d["direction"] == "to_broker") & d["_key"].notna())]
+    published = _true((d["direction"] == "to_broker") & key.notna())
+    pubs_d = pd.DataFrame({"capture_id": d["capture_id"][published], "_key": key[published],
+                           "delivery_id": d["delivery_id"][published], "sent_ts": d["sent_ts"][published]})
     requeued = dels["outcome"].isin(REQUEUED).astype("boolean").where(dels["outcome"].notna(), pd.NA)
     rq_d = dels[_true(requeued)]
     ev = pd.concat([
@@ -735,19 +758,26 @@ def end_to_end(d: pd.DataFrame) -> pd.DataFrame:
         events(rq_d, rq_d["settled_ts"].fillna(rq_d["sent_ts"]), REQUEUE, rq_d["_q"], False, False),
         events(dels, dels["sent_ts"], np.where(_true(dels["redelivered"]), AGAIN, FIRST), dels["_q"], requeued, True),
     ], ignore_index=True)
+    del pubs_d, rq_d, dels
     types = {"capture_id": pa.string(), "_key": pa.string(), "_tsk": pa.int64(), "_ev": pa.int32(), "_id": pa.string(),
-             "_q": pa.string(), "_rq": pa.bool_(), "sent_ts": pa.int64(), "channel": pa.int32()}
-    t = pa.Table.from_pandas(ev, preserve_index=False, schema=pa.schema([(c, types.get(c, pa.string())) for c in ev.columns]))
+             "_q": pa.string(), "_rq": pa.bool_(), "_row": pa.int64()}
+    t = pa.Table.from_pandas(ev, preserve_index=False, schema=pa.schema([(c, types[c]) for c in ev.columns]))
     del ev
     # sorted as the shuffle sorts each key's events (nulls first; stable, as the rows came): Arrow's multi-key sort
     late = pc.greater_equal(t.column("_ev"), FIRST)
     keys = pa.table({"capture_id": t.column("capture_id"), "_key": t.column("_key"), "_tsk": t.column("_tsk"),
                      "_late": late, "_id": t.column("_id")})
     t = t.take(pc.sort_indices(keys, sort_keys=[(k, "ascending", "at_start") for k in keys.column_names]))
-    matched = [b for b in fifo_columns(t.to_batches(), payload) if b.num_rows] if t.num_rows else []
+    del keys, late
+    matched = [b for b in fifo_columns(t.to_batches(), ["capture_id", "_row"]) if b.num_rows] if t.num_rows else []
+    del t
     parts = [keyless.astype({"p_us": "Int64"})]
     if matched:
-        parts.append(_frame(pa.Table.from_batches(matched)))
+        m = pa.Table.from_batches(matched)
+        rows = m.column("_row").to_numpy()
+        # rows: each matched delivery's own row of d, by position
+        parts.append(d.iloc[rows][payload].reset_index(drop=True).assign(
+            p_us=pd.Series(pd.array(m.column("p_us").to_pandas(types_mapper=pd.ArrowDtype).astype("Int64")))))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -807,8 +837,16 @@ COUNT_ROUTE_ROWS = 100_000  # route rows from which equal ones are counted into 
 
 def _routes(measured, numbers: dict, bucket_s: int) -> pa.Table:
     """``percentiles._routes``: each measured thing once per route it has an entity in, as the columns
-    ``grouped.group_table`` reads."""
-    out = []
+    ``grouped.group_table`` reads. From ``COUNT_ROUTE_ROWS`` route rows in all, equal route rows (the same route,
+    entities, bucket and value: a busy queue's many equal latencies) are counted into one row with ``_n``, which
+    group_table weighs each row by, as the Spark path's route rows are: the same groups and statistics from fewer
+    rows (the 300 MB load capture's 2.7M route rows: about 0.2M). Each route's rows are counted as they are made
+    (where they alone reach that many), so that only one route's rows are held uncounted at a time (the 2 GB load
+    capture's 18M route rows held at once were 3 GB), then the counts of the routes summed."""
+    names_ = [f.name for f in ROUTE_SCHEMA]
+    count = lambda t: t.group_by(names_, use_threads=False).aggregate([([], "count_all")]).rename_columns([*names_, "_n"])  # noqa: E731
+    parts: list[pa.Table] = []
+    total = 0
     for df, specs in measured:
         names = {kind: _text(name) for kind, name, _, _ in specs}
         none = _str(df.index, pd.NA)
@@ -827,23 +865,24 @@ def _routes(measured, numbers: dict, bucket_s: int) -> pa.Table:
         bucket = bucket_of(df["ts"], bucket_s)
         for r, key, c, chan, a, b, dd in routes:
             keep = _true(key.notna() & ci.notna())
-            out.append(pd.DataFrame({
+            part = pa.Table.from_pandas(pd.DataFrame({
                 "_ci": ci[keep], "_r": np.int32(r), "_c": c[keep], "_ch": chan[keep], "_a": a[keep], "_b": b[keep],
                 "_d": dd[keep], "dialect": df["dialect"][keep], "_m": metric_no[keep], "direction": df["direction"][keep],
-                "method": df["method"][keep], "value_us": df["value_us"][keep], "bucket_us": bucket[keep]}))
-    rows = pd.concat(out, ignore_index=True)
-    schema = pa.schema([("_ci", pa.int32()), ("_r", pa.int32()), ("_c", pa.string()), ("_ch", pa.int32()),
-                        ("_a", pa.string()), ("_b", pa.string()), ("_d", pa.string()), ("dialect", pa.string()),
-                        ("_m", pa.int32()), ("direction", pa.string()), ("method", pa.string()), ("value_us", pa.int64()),
-                        ("bucket_us", pa.int64())])
-    t = pa.Table.from_pandas(rows, schema=schema, preserve_index=False)
-    if t.num_rows < COUNT_ROUTE_ROWS:
-        return t
-    # equal route rows (the same route, entities, bucket and value: a busy queue's many equal latencies) counted into
-    # one row with ``_n``, which group_table weighs each row by, as the Spark path's route rows are: the same groups
-    # and statistics from fewer rows (the 300 MB load capture's 2.7M route rows: about 0.2M). Rows: at most t's
-    counted = t.group_by(schema.names, use_threads=False).aggregate([([], "count_all")])
-    return counted.rename_columns([*schema.names, "_n"])
+                "method": df["method"][keep], "value_us": df["value_us"][keep], "bucket_us": bucket[keep]}),
+                schema=ROUTE_SCHEMA, preserve_index=False)
+            total += part.num_rows
+            parts.append(count(part) if part.num_rows >= COUNT_ROUTE_ROWS else part)
+    if total < COUNT_ROUTE_ROWS:  # no part was counted
+        return pa.concat_tables(parts) if parts else ROUTE_SCHEMA.empty_table()
+    counted = pa.concat_tables([p if "_n" in p.column_names else count(p) for p in parts])
+    # rows: at most the route rows; equal rows of two parts (of two measured kinds: never, their metrics differ) summed
+    return counted.group_by(names_, use_threads=False).aggregate([("_n", "sum")]).rename_columns([*names_, "_n"])
+
+
+ROUTE_SCHEMA = pa.schema([("_ci", pa.int32()), ("_r", pa.int32()), ("_c", pa.string()), ("_ch", pa.int32()),
+                          ("_a", pa.string()), ("_b", pa.string()), ("_d", pa.string()), ("dialect", pa.string()),
+                          ("_m", pa.int32()), ("direction", pa.string()), ("method", pa.string()),
+                          ("value_us", pa.int64()), ("bucket_us", pa.int64())])
 
 
 def latency(inp: Inputs, bucket_s: int) -> pd.DataFrame:
@@ -914,17 +953,37 @@ def tables(store, capture_ids: list[str], bucket_s: int) -> dict[str, pa.Table]:
     return dict(each_table(store, capture_ids, bucket_s))
 
 
-def each_table(store, capture_ids: list[str], bucket_s: int):
-    """``(name, rows)`` of the four metric tables in commit order, each as soon as it and those before it are
-    computed: the caller writes one while the others are still being computed."""
+def each_table(store, capture_ids: list[str], bucket_s: int, threads: int = 2):
+    """``(name, rows)`` of the four metric tables in the order they are committed (metrics_flow, metrics_latency,
+    metrics_settlement, then ``metrics_errors``, whose commit marks the captures done), each as soon as it is
+    computed: the caller writes one while the others are still being computed. ``threads``: tables computed at once
+    (each holds its own intermediate frames: 1 holds less)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    inp = Inputs(store, capture_ids)
+    from amqplens.decode.common.arrow import use_system_memory_pool
+
+    # the C library's allocator hands freed buffers back (the reads' transient copies): with pyarrow's default
+    # mimalloc pool the 2 GB load capture's inputs held 6.7 GB after the read against 5.2 GB, and read in 17.8 s
+    # against 13.9 s
+    use_system_memory_pool()
+    # two parts, each read, used and let go in turn: the flow tables' inputs (every frame's heartbeat columns, the
+    # flow events), then the deliveries (the 2 GB load capture's lake: 11.9 -> about 6 GB at the peak)
+    inp = Inputs(store, capture_ids, parts=("flow",))
     maps = label_maps(inp)
-    work = {"metrics_latency": latency, "metrics_settlement": settlement, "metrics_flow": flow, "metrics_errors": errors}
-    # two at a time: Arrow's and numpy's kernels (sorts, takes, hashing) leave the interpreter's lock while they run
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="amqplens-metrics") as pool:
-        built = {name: pool.submit(lambda f, name, view: finish(f(view, bucket_s), name, KEYS[name], maps), f, name,
-                                   inp.view()) for name, f in work.items()}
-        for name, b in built.items():
+    compute = lambda f, name, view: finish(f(view, bucket_s), name, KEYS[name], maps)  # noqa: E731
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="amqplens-metrics") as pool:
+        # metrics_flow's two halves at once, then metrics_errors and the deliveries' read as the threads come free
+        halves = [pool.submit(part, inp.view(), bucket_s) for part in (_heartbeat_metrics, _state_metrics)]
+        errors_t = pool.submit(compute, errors, "metrics_errors", inp.view())
+        read = pool.submit(inp.read_deliveries)
+        flow_rows = pd.concat([h.result() for h in reversed(halves)], ignore_index=True)  # flow()'s order
+        yield "metrics_flow", finish(flow_rows, "metrics_flow", KEYS["metrics_flow"], maps)
+        del flow_rows
+        done_errors = errors_t.result()
+        read.result()
+        inp.drop_flow()
+        later = {name: pool.submit(compute, f, name, inp.view())
+                 for name, f in (("metrics_latency", latency), ("metrics_settlement", settlement))}
+        for name, b in later.items():
             yield name, b.result()
+    yield "metrics_errors", done_errors  # last: its commit marks the captures done
