@@ -36,11 +36,9 @@ import functools
 
 import numpy as np
 
+from amqplens.jobs.metrics.fifo_events import AGAIN, FIRST, HOPS, NULL_US, PUBLISH, REQUEUE, key_starts
+
 REQUEUED = ("nacked_requeue", "rejected_requeue", "recovered", "requeued_on_close", "released", "modified")
-# Requeues of one message followed back to its first delivery (one equi-join each); a redelivery
-# further down a chain counts in missing. Requeue chains are short: a consumer that requeues a
-# message for ever shows in the redelivered rate.
-HOPS = 4
 
 
 def match_key(F):
@@ -136,8 +134,6 @@ def _resolve(link, origin):
 
 
 # ----------------------------------------------------------------- one pass
-PUBLISH, REQUEUE, FIRST, AGAIN = 0, 1, 2, 3  # the events of a key; the first two supply, the others take
-NULL_US = -(2**63)  # a null time: sorts first, as Spark sorts nulls
 _EVENT_COLUMNS = ("_key", "_tsk", "_ev", "_id", "_q", "_rq")
 
 
@@ -252,23 +248,6 @@ def _segment_starts(*cols) -> np.ndarray:
         new[0] = True
         for c in cols:
             new[1:] |= c[1:] != c[:-1]
-    return new
-
-
-def key_starts(t) -> np.ndarray:
-    """Whether each row of ``t`` (sorted by capture_id, _key) starts a key: a capture or key unlike the row before's
-    (a null like a null), compared in Arrow, not as a Python string per row."""
-    import pyarrow.compute as pc
-
-    n = t.num_rows
-    new = np.zeros(n, bool)
-    if n:
-        new[0] = True
-        for name in ("capture_id", "_key"):
-            col = t.column(name)
-            a, b = col.slice(1), col.slice(0, n - 1)
-            same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
-            new[1:] |= ~same.to_numpy(zero_copy_only=False)
     return new
 
 

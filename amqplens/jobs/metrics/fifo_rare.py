@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from amqplens.jobs.metrics.e2e import AGAIN, FIRST, HOPS, NULL_US, PUBLISH, REQUEUE
+from amqplens.jobs.metrics.fifo_events import AGAIN, FIRST, HOPS, NULL_US, PUBLISH, REQUEUE, key_starts
 
 
 @njit(cache=True, nogil=True)
@@ -159,8 +159,6 @@ def fifo_rare(t: pa.Table, payload: list[str]):
     """``fifo_pass`` over ``t`` (the events of whole keys, sorted as fifo_pass reads them) in one compiled pass: each
     first delivery's and redelivery's payload and ``p_us`` (in row order, where fifo_pass answers redeliveries when
     their key ends: the same rows)."""
-    from amqplens.jobs.metrics.e2e import key_starts
-
     n = t.num_rows
     if not n:
         return

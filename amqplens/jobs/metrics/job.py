@@ -100,9 +100,9 @@ def driver_threads(rows: int, share: float, available: int | None) -> int:
 
 
 def _driver(store: TableStore, conf: Config, pending: dict[str, str], run_id: str, threads: int = 2) -> bool | None:
-    """The four tables computed on the driver and written with pyarrow (``amqplens.jobs.metrics.driver``), in the same
-    order as ``_write`` commits them, ``metrics_errors`` last. Whether that one was committed; None when the driver
-    cannot compute them as Spark would (the stage then runs through Spark)."""
+    """The four tables computed on the driver (``threads`` at a time) and written with pyarrow
+    (``amqplens.jobs.metrics.driver``) as each is ready, ``metrics_errors`` last as in ``_write``. Whether that one
+    was committed; None when the driver cannot compute them as Spark would (the stage then runs through Spark)."""
     from amqplens.jobs.metrics import driver
 
     done = False
