@@ -33,6 +33,7 @@ from amqplens.jobs.findings.driver import _PANDAS, connection_labels, first_non_
 from amqplens.jobs.findings.driver import _frame as _nullable
 from amqplens.jobs.labels import cap_label
 from amqplens.jobs.metrics.e2e import AGAIN, FIRST, NULL_US, PUBLISH, REQUEUE, REQUEUED, _segment_starts, fifo_columns
+from amqplens.jobs.metrics.fifo_events import key_starts
 from amqplens.jobs.metrics.flow import ENTITY
 from amqplens.jobs.metrics.frame import Frame
 from amqplens.jobs.metrics.grouped import METRICS, group_table
@@ -447,17 +448,7 @@ def _entity_runs(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     keys = [*ENTITY, "ts", "stream_offset", "event_id"]
     cols = pa.table({k: pa.array(ev[k], from_pandas=True) for k in keys})
     order = pc.sort_indices(cols, sort_keys=[(k, "ascending", "at_start") for k in keys]).to_numpy()
-    n = len(order)
-    same = np.zeros(n, np.bool_)
-    if n > 1:
-        same[1:] = True
-        entity = cols.select(list(ENTITY)).take(pa.array(order))
-        for k in ENTITY:
-            col = entity.column(k).combine_chunks()
-            a, b = col.slice(1), col.slice(0, n - 1)
-            equal = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
-            same[1:] &= equal.to_numpy(zero_copy_only=False)
-    return order, same
+    return order, ~key_starts(cols.select(list(ENTITY)).take(pa.array(order)), ENTITY)
 
 
 def _entity_names(first: pd.DataFrame) -> pd.DataFrame:
@@ -630,7 +621,7 @@ def _heartbeat_metrics(inp: Inputs, bucket_s: int) -> pd.DataFrame:
     direction, dir_names = coded("direction")
     dialect_all, dialect_names = coded("dialect")
     frame_type, type_names = coded("frame_type")
-    capture, cap_all_names = coded("capture_id")
+    capture, cap_names = coded("capture_id")
     ts_col = f.column("ts") if f.num_columns else pa.chunked_array([], pa.timestamp("us"))
     ts_col = pc.cast(ts_col, pa.int64())
     ts_null = ts_col.is_null().to_numpy(zero_copy_only=False)[keep]
@@ -655,7 +646,6 @@ def _heartbeat_metrics(inp: Inputs, bucket_s: int) -> pd.DataFrame:
     b = bucket_s * 1_000_000
     bucket = np.where(ts_null[order], -1, np.floor(t / b).astype(np.int64) * b)
     del t, gap, gap_ok, over
-    cap_names = cap_all_names
     # the frames' slots summed per run of equal keys in this order (a connection's frames of one direction and bucket
     # are one run, as a rule), then the runs grouped: the same sums as grouping every frame, from far fewer rows
     keys = (capture[order], at[order], dialect_all[order], direction[order], bucket, ts_null[order])
@@ -705,10 +695,6 @@ def _heartbeat_metrics(inp: Inputs, bucket_s: int) -> pd.DataFrame:
                     ignore_index=True)
     out = out[out["value"].notna().to_numpy()]
     return out.assign(observed_us=_int(out.index))
-
-
-def flow(inp: Inputs, bucket_s: int) -> pd.DataFrame:
-    return pd.concat([_state_metrics(inp, bucket_s), _heartbeat_metrics(inp, bucket_s)], ignore_index=True)
 
 
 # ------------------------------------------------------------------ metrics_latency (percentiles.py, e2e.py, grouped.py)
@@ -973,10 +959,10 @@ def each_table(store, capture_ids: list[str], bucket_s: int, threads: int = 2):
     compute = lambda f, name, view: finish(f(view, bucket_s), name, KEYS[name], maps)  # noqa: E731
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="amqplens-metrics") as pool:
         # metrics_flow's two halves at once, then metrics_errors and the deliveries' read as the threads come free
-        halves = [pool.submit(part, inp.view(), bucket_s) for part in (_heartbeat_metrics, _state_metrics)]
+        halves = [pool.submit(part, inp.view(), bucket_s) for part in (_state_metrics, _heartbeat_metrics)]
         errors_t = pool.submit(compute, errors, "metrics_errors", inp.view())
         read = pool.submit(inp.read_deliveries)
-        flow_rows = pd.concat([h.result() for h in reversed(halves)], ignore_index=True)  # flow()'s order
+        flow_rows = pd.concat([h.result() for h in halves], ignore_index=True)  # flow.py's order
         yield "metrics_flow", finish(flow_rows, "metrics_flow", KEYS["metrics_flow"], maps)
         del flow_rows
         done_errors = errors_t.result()

@@ -15,16 +15,17 @@ PUBLISH, REQUEUE, FIRST, AGAIN = 0, 1, 2, 3  # the events of a key; the first tw
 NULL_US = -(2**63)  # a null time: sorts first, as Spark sorts nulls
 
 
-def key_starts(t) -> np.ndarray:
-    """Whether each row of ``t`` (sorted by capture_id, _key) starts a key: a capture or key unlike the row before's
-    (a null like a null), compared in Arrow, not as a Python string per row."""
+def key_starts(t, names=("capture_id", "_key")) -> np.ndarray:
+    """Whether each row of ``t`` (sorted by ``names``) starts a key: one of ``names`` unlike the row before's (a null
+    like a null, as Spark's partition keys), compared in Arrow, not as a Python string per row. The first row starts
+    one."""
     import pyarrow.compute as pc
 
     n = t.num_rows
     new = np.zeros(n, bool)
     if n:
         new[0] = True
-        for name in ("capture_id", "_key"):
+        for name in names:
             col = t.column(name)
             a, b = col.slice(1), col.slice(0, n - 1)
             same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))

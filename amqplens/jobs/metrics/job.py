@@ -49,11 +49,12 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
         return []
     rows = store.rows("frames", pending) + store.rows("deliveries", pending)
     engine = conf["metrics.engine"]
-    threads = driver_threads(rows, conf["metrics.driver_memory_share"], available_memory())
+    available = available_memory()
+    threads = driver_threads(rows, conf["metrics.driver_memory_share"], available)
     if engine == "auto" and rows <= conf["metrics.driver_max_rows"] and not threads:
         log.info("metrics: through Spark: %d frames + deliveries would take about %d MB in the driver process, more than %.0f%% of "
                  "the %d MB available (metrics.driver_memory_share)", rows, rows * ONE_TABLE_BYTES // 2**20,
-                 100 * conf["metrics.driver_memory_share"], (available_memory() or 0) // 2**20)
+                 100 * conf["metrics.driver_memory_share"], (available or 0) // 2**20)
     if engine == "driver" or (engine == "auto" and rows <= conf["metrics.driver_max_rows"] and threads):
         on_driver = _driver(store, conf, pending, run_id, threads or 1)
         if on_driver is not None:
