@@ -152,7 +152,8 @@ def _captures_hash(store: TableStore) -> str:
 def run(spark, conf: Config, inputs: list[str], run_id: str | None = None) -> LogIngestResult:
     """Ingest the logs of ``inputs`` not done yet (or failed before); a log that makes the job raise fails alone."""
     run_id = run_id or uuid.uuid4().hex[:12]
-    store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
+    store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"],
+                       pack=conf["lake.pack_small_units"])
     files, not_logs = [], {}
     for f in log_files(inputs, conf["inputs.roots"]):
         if f.capture_format is None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
+from collections.abc import Mapping
 
 import pyarrow as pa
 
@@ -123,9 +124,10 @@ def structs() -> dict[str, pa.StructType]:
     return {f"{kind}_struct": row_struct(t) for kind, t in OUTPUTS}
 
 
-def stage_tables(store: TableStore, run_id: str) -> dict[str, StagedTable]:
-    """A staging folder per lifecycle table, by kind, for the tasks' ``LifecycleWriters``."""
-    return {kind: store.stage(table.name, run_id) for kind, table in OUTPUTS}
+def stage_tables(store: TableStore, run_id: str, *, pack: Mapping[str, str] | None = None) -> dict[str, StagedTable]:
+    """A staging folder per lifecycle table, by kind, for the tasks' ``LifecycleWriters`` (``pack``: the captures
+    whose rows share a file, ``TableStore.stage``)."""
+    return {kind: store.stage(table.name, run_id, pack=pack) for kind, table in OUTPUTS}
 
 
 def commit(store: TableStore, staged: dict[str, StagedTable], files: dict[str, list[StagedFile]], *, units: dict[str, str],
@@ -281,7 +283,8 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     from pyspark.sql.pandas.types import from_arrow_schema
 
     run_id = run_id or uuid.uuid4().hex[:12]
-    store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
+    store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"],
+                       pack=conf["lake.pack_small_units"])
     # logs without frames (RabbitMQ server logs and traces) have nothing to build, and their trace deliveries must stay
     caps = (store.read("captures").where(~F.col("format").isin(sorted(FRAMELESS_FORMATS)))
             .select("capture_id", "capture_date", "decoder_version").collect())

@@ -172,9 +172,8 @@ def has_checkpoint_after(table_dir: pathlib.Path, version: int) -> bool:
 
 def table_captures(root: str) -> set[str]:
     """The capture ids of every readable table's rows (from the log's file statistics)."""
-    import pyarrow as pa
 
-    from amqplens.contracts import ALL_TABLES, table as table_def
+    from amqplens.contracts import ALL_TABLES
 
     out: set[str] = set()
     for name in ALL_TABLES:
@@ -182,8 +181,38 @@ def table_captures(root: str) -> set[str]:
             continue
         dt = open_table(root, name)
         if dt is not None:
-            (rkey,) = table_def(name).replace_by
-            out |= {c for c in pa.table(dt.get_add_actions(flatten=True)).to_pydict().get(f"min.{rkey}", []) if c}
+            for held in _files_units(root, name, dt).values():
+                out |= {c for c in held if c}
+    return out
+
+
+def _files_units(root: str, name: str, dt) -> dict[str, dict]:
+    """Each file of the snapshot (its path as the log has it) -> its units and their rows: the log's statistics of a
+    file of one unit; a packed file's footer (``amqplens.lake.staging.UNITS_KEY``), or, when that does not read,
+    its least and greatest unit (rows unknown: 0)."""
+    import urllib.parse
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from amqplens.contracts import table as table_def
+    from amqplens.lake.staging import packed_units
+
+    (rkey,) = table_def(name).replace_by
+    actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
+    rels = actions.get("path", [])
+    lo, hi = actions.get(f"min.{rkey}", [None] * len(rels)), actions.get(f"max.{rkey}", [None] * len(rels))
+    counts = actions.get("num_records", [None] * len(rels))
+    p = local_root(root)
+    out = {}
+    for i, rel in enumerate(rels):
+        held = None
+        if lo[i] != hi[i] and p is not None:
+            try:
+                held = packed_units(pq.read_metadata(p / name / urllib.parse.unquote(rel)))
+            except (OSError, pa.ArrowException):
+                held = None
+        out[rel] = held if held is not None else {lo[i]: counts[i] or 0} if lo[i] == hi[i] else {lo[i]: 0, hi[i]: 0}
     return out
 
 
@@ -215,11 +244,12 @@ def file_problems(root: str, name: str, dt, *, deep: bool) -> list[Problem]:
         return []
     (rkey,) = table_def(name).replace_by
     actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
+    held = _files_units(root, name, dt)
     version = dt.version()
     problems = []
     for i, rel in enumerate(actions.get("path", [])):
-        cid = actions.get(f"min.{rkey}", [None] * (i + 1))[i]
-        caps = (cid,) if cid is not None else ("?",)
+        caps = tuple(sorted(c for c in held[rel] if c is not None)) or ("?",)
+        cid = None if caps == ("?",) else caps[0] if len(caps) == 1 else f"{caps[0][:12]} and {len(caps) - 1} more"
         path = p / name / _unquote(rel)
         try:
             size = path.stat().st_size
@@ -244,7 +274,8 @@ def _unquote(rel: str) -> str:
 
 
 def _short(cid) -> str:
-    return str(cid)[:12] if cid else "unknown"
+    """A capture id cut to 12 characters; a packed file's text of several (``file_problems``) as it is."""
+    return "unknown" if not cid else str(cid) if " " in str(cid) else str(cid)[:12]
 
 
 def _unreadable(path: pathlib.Path, rows) -> str | None:
@@ -260,12 +291,10 @@ def _unreadable(path: pathlib.Path, rows) -> str | None:
     return None
 
 
-def capture_problems(tables: dict) -> list[Problem]:
+def capture_problems(root: str, tables: dict) -> list[Problem]:
     """The tables against ``captures``: every capture id a table holds is known there, and a capture's
     ``connections`` rows are as many as its captures row counts. ``tables``: name -> snapshot (None: no table)."""
-    import pyarrow as pa
 
-    from amqplens.contracts import table as table_def
 
     caps_dt = tables.get("captures")
     if caps_dt is None:
@@ -276,11 +305,10 @@ def capture_problems(tables: dict) -> list[Problem]:
     for name, dt in tables.items():
         if name == "captures" or dt is None:
             continue
-        (rkey,) = table_def(name).replace_by
-        actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
         rows: dict[str, int] = {}
-        for cid, n in zip(actions.get(f"min.{rkey}", []), actions.get("num_records", [])):
-            rows[cid] = rows.get(cid, 0) + (n or 0)
+        for held in _files_units(root, name, dt).values():
+            for cid, n in held.items():
+                rows[cid] = rows.get(cid, 0) + (n or 0)
         for cid in sorted(c for c in rows if c not in known):
             problems.append(Problem(name, dt.version(), None, f"holds {rows[cid]} rows of capture {_short(cid)}, which "
                                     "captures does not know (a run that stopped before its last commit: run it again "
@@ -308,7 +336,7 @@ def check(root: str, *, deep: bool = False, names=None) -> list[Problem]:
         tables[name] = dt
         problems += file_problems(root, name, dt, deep=deep)
     if deep:
-        problems += capture_problems(tables)
+        problems += capture_problems(root, tables)
     return problems
 
 

@@ -9,6 +9,7 @@ files (amqplens/lake/store.py).
 from __future__ import annotations
 
 import dataclasses
+import json
 import urllib.parse
 from collections.abc import Mapping
 
@@ -21,6 +22,8 @@ from amqplens.decode.common.reports import MetaReport
 
 STAGING = "_staging"
 REPLACE_DIR = "_rk"  # staging sub-folder per replace-key value: <table>/_staging/<folder>/_rk=<unit>/
+PACKED = "+packed"  # the REPLACE_DIR value of a file that holds several units (a replace-key value never starts with +)
+UNITS_KEY = b"amqplens.units"  # a packed file's footer metadata: JSON {unit: rows}
 # Rows per Parquet row group. A writer holds its group as Arrow (frames ~650 bytes a row, deliveries ~700)
 # until it is encoded at once, so this bounds a worker's extra memory (~10 MB per open file) more than it
 # shapes the reads; the lifecycle tasks keep three files open.
@@ -84,6 +87,11 @@ class StagedTable:
     table: str
     root: str  # the lake root URI
     folder: str  # under <table>/_staging/
+    # units to pack: unit -> its partition folders (``capture_date=2024-01-15``). A task writes the rows of these
+    # units into one file per partition (``PACKED``), not one per unit: 300 small captures are 300 files per table
+    # otherwise, and every reader of the lake pays per file (``TableStore.stage``).
+    pack: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    pack_all: bool = False  # every unit packed, under the partition folders its rows are written with
 
     def writer(self, task: int, group_rows: int = GROUP_ROWS) -> "StagedWriter":
         return StagedWriter(self, task, group_rows)
@@ -94,13 +102,36 @@ class StagedFile(MetaReport):
     """A file a task wrote into a table's staging folder, as the task reports it to the driver."""
 
     table: str
-    unit: str  # the replace-key value (capture) whose rows it holds
+    unit: str  # the replace-key value (capture) whose rows it holds; of a packed file, its least
     path: str  # relative to the staging folder
     rows: int
+    units: dict[str, int] | None = None  # a packed file's units and their rows
+
+    def holds(self) -> dict[str, int]:
+        """The file's units and their rows."""
+        return dict(self.units) if self.units is not None else {self.unit: self.rows}
+
+
+def packed_units(meta) -> dict[str, int] | None:
+    """A packed file's units and their rows, from its Parquet footer's metadata (``pq.read_metadata``); None for a
+    file of one unit or one another writer made."""
+    kv = meta.metadata or {}
+    raw = kv.get(UNITS_KEY)
+    if raw is None:
+        return None
+    try:
+        units = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(units, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in units.items()):
+        return None
+    return units
 
 
 class StagedWriter:
-    """Writes Arrow batches of one table into a staging folder: one file per (task, unit) in ``_rk=<unit>/``.
+    """Writes Arrow batches of one table into a staging folder: one file per (task, unit) in ``_rk=<unit>/``, and
+    one per (task, partition) in ``_rk=+packed/`` for the units ``StagedTable.pack`` names (their units and rows in
+    the footer's metadata, ``UNITS_KEY``).
 
     File names depend only on the task's partition number, so a retried task
     replaces its earlier attempt's files instead of adding to them, and a file
@@ -114,7 +145,9 @@ class StagedWriter:
         self.dir = "/".join([root_path, staged.table, STAGING, staged.folder])
         self.schema = pa.schema([pa.field(c.name, c.arrow_type) for c in self.t.data_columns()])
         self.task, self.group_rows = task, group_rows
-        self.files: dict[tuple[str, str], dict] = {}  # (part_dirs, unit) -> {writer, tmp, rel, pending, pending_rows, rows}
+        self.pack, self.pack_all = staged.pack, staged.pack_all
+        # (part_dirs, unit or PACKED) -> {writer, tmp, rel, pending, pending_rows, rows, units}
+        self.files: dict[tuple[str, str], dict] = {}
 
     def write(self, unit: str, batch: pa.RecordBatch, part_dirs: str = "") -> None:
         """Add rows of ``unit`` (a replace-key value); the batch must hold the table's data columns. ``part_dirs``
@@ -129,16 +162,21 @@ class StagedWriter:
             cols = [c if c.type == f.type else c.cast(f.type) for f in self.schema for c in [batch.column(f.name)]]
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise SchemaMismatch(f"table {self.t.name}: staged rows do not fit the contract's types ({exc})") from exc
-        f = self.files.get((part_dirs, unit))
+        packed = self.pack_all or unit in self.pack
+        if packed and not self.pack_all:
+            part_dirs = self.pack[unit]
+        slot = (part_dirs, PACKED if packed else unit)
+        f = self.files.get(slot)
         if f is None:
-            rel = f"{REPLACE_DIR}={urllib.parse.quote(unit, safe='')}/part-t{self.task:05d}.parquet"
+            rel = f"{REPLACE_DIR}={urllib.parse.quote(slot[1], safe='')}/part-t{self.task:05d}.parquet"
             rel = f"{part_dirs}/{rel}" if part_dirs else rel
             tmp = f"{self.dir}/{rel}.tmp"
             self.fs.create_dir(tmp.rsplit("/", 1)[0], recursive=True)
-            f = self.files[(part_dirs, unit)] = {"rel": rel, "tmp": tmp, "pending": [], "pending_rows": 0, "rows": 0,
+            f = self.files[slot] = {"rel": rel, "tmp": tmp, "pending": [], "pending_rows": 0, "rows": 0, "units": {},
                                     "writer": pq.ParquetWriter(tmp, self.schema, filesystem=self.fs, compression="snappy")}
         f["pending"].append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
         f["pending_rows"] += batch.num_rows
+        f["units"][unit] = f["units"].get(unit, 0) + batch.num_rows
         if f["pending_rows"] >= self.group_rows:
             self._flush(f)
 
@@ -159,8 +197,11 @@ class StagedWriter:
         done = []
         for (_, unit), f in self.files.items():
             self._flush(f)
+            units = f["units"] if unit == PACKED else None
+            if units is not None:
+                f["writer"].add_key_value_metadata({UNITS_KEY: json.dumps(units, sort_keys=True).encode()})
             f["writer"].close()
             self.fs.move(f["tmp"], f"{self.dir}/{f['rel']}")
-            done.append(StagedFile(self.t.name, unit, f["rel"], f["rows"]))
+            done.append(StagedFile(self.t.name, min(units) if units else unit, f["rel"], f["rows"], units))
         self.files = {}
         return done

@@ -12,7 +12,11 @@ where it stopped.
 
 Rows are replaced per ``Table.replace_by`` value (a capture): the writer puts
 each replace-key value in files of its own, so replacing one capture is an
-exact remove+add of whole files, never a rewrite.
+exact remove+add of whole files. Small units are packed instead (many small
+captures in one run: a file per table and task, not per capture; see
+``StagedTable.pack``): such a file says its units and their rows in its
+footer, and replacing one of its units rewrites it without that unit's rows
+in the same commit.
 """
 
 from __future__ import annotations
@@ -35,13 +39,15 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction, create_table_with_add_actions
 
 from amqplens.lake import check as lake_check
+from amqplens.lake.staging import GROUP_ROWS, PACKED, STAGING, UNITS_KEY, SchemaMismatch, StagedFile, StagedTable, packed_units
 from amqplens.lake.staging import REPLACE_DIR as _REPLACE_DIR
-from amqplens.lake.staging import STAGING, SchemaMismatch, StagedFile, StagedTable
 from amqplens.lake.staging import filesystem as _filesystem
 from amqplens.contracts import Table, table as table_def
 
 log = logging.getLogger(__name__)
 
+# a driver's Arrow write (the metrics on the driver, a few rows per capture) packs the units below this many rows
+PACK_ROWS = 200_000
 COMMIT_ATTEMPTS = 5  # commits tried when other writers keep committing first: a few concurrent runs, not a storm
 # "commit:<table>": the process kills itself (SIGKILL) right after committing that table. For the crash-restart test,
 # which needs a run to die between two commits that follow each other within milliseconds. "raise:<table>": the
@@ -74,6 +80,15 @@ def _partition_str(value) -> str | None:
     return None if value is None else value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
+def _part_dirs(t: Table, values: Mapping[str, str | None]) -> str:
+    """A unit's partition folders (``capture_date=2024-01-15``) from its partition values."""
+    return "/".join(f"{k}={urllib.parse.quote(values.get(k) or '__HIVE_DEFAULT_PARTITION__', safe='')}" for k in t.partition_by)
+
+
+# (lake root, table, file) -> a packed file's units and rows (TableStore.file_units); files never change
+_UNITS_CACHE: dict[tuple[str, str, str], dict[str, int] | None] = {}
+
+
 def _write_units(batches, *, staged: StagedTable, rkey: str, partition_by: tuple[str, ...]):
     """mapInArrow body of ``TableStore._arrow_stage``: each (unit, partition values) of a batch to its file, by a
     filter per such group (a few per batch, the rows sorted by unit), never a Python call per row."""
@@ -93,7 +108,7 @@ def _write_units(batches, *, staged: StagedTable, rkey: str, partition_by: tuple
                 m = pc.is_null(col) if group[k] is None else pc.equal(col, pa.scalar(group[k], col.type))
                 mask = m if mask is None else pc.and_(mask, m)
             dirs = "/".join(f"{k}={urllib.parse.quote(_partition_str(group[k]) or '__HIVE_DEFAULT_PARTITION__', safe='')}"
-                            for k in partition_by)
+                            for k in partition_by)  # the unit's partition: its packed file's too (pack_all)
             writer.write(group[rkey], batch.filter(mask), part_dirs=dirs)
     for f in writer.close():
         yield pa.RecordBatch.from_pydict({"meta": [f.to_meta()]})
@@ -125,8 +140,9 @@ class TableStore:
     # a rerun of a damaged capture): their earlier units count as not committed
     redo: frozenset[str] = frozenset()
 
-    def __init__(self, spark, root: str, *, staging_max_age_hours: int = 1):
+    def __init__(self, spark, root: str, *, staging_max_age_hours: int = 1, pack: bool = True):
         self.spark = spark
+        self.pack = pack  # lake.pack_small_units: small units share files (``stage``)
         self.root = _to_uri(root)
         self.staging_max_age_s = staging_max_age_hours * 3600
         self.fs, self._root_path = _filesystem(self.root)
@@ -171,10 +187,11 @@ class TableStore:
         """(the snapshot's files holding rows of ``units`` (None: every file) as (URI, path in the table as the log has
         it, size in bytes), whether each of them holds only rows of those units).
 
-        A file's unit is in the Delta log's statistics: amqplens writes one unit per file (``_place_files``), so a
-        file another writer added (several units, or none said) is kept and not exact. Less the local files that are
-        gone or not of their logged size (``amqplens check`` names them): a reader of other captures' rows never
-        fails on one capture's damage.
+        A file's unit is in the Delta log's statistics: amqplens writes one unit per file (``_place_files``), or
+        packs several and lists them in the file's footer (``file_units``); a file another writer added (several
+        units not listed, or none said) is kept and not exact. Less the local files that are gone or not of their
+        logged size (``amqplens check`` names them): a reader of other captures' rows never fails on one capture's
+        damage.
         """
         (rkey,) = table_def(name).replace_by
         actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()  # in file_uris()'s order
@@ -190,9 +207,25 @@ class TableStore:
             if local and not _present(uri, sizes[i]):
                 log.warning("table %s: file %s is missing or damaged; its rows are left out (amqplens check)", name, uri)
                 continue
-            exact = exact and (one or wanted is None)
+            if wanted is not None and not one:
+                held = self.file_units(name, rel)
+                if held is not None and not wanted.intersection(held):
+                    continue
+                exact = exact and held is not None and wanted.issuperset(held)
             files.append((uri, rel, sizes[i]))
         return files, exact
+
+    def file_units(self, name: str, rel: str) -> dict[str, int] | None:
+        """A packed file's units and their rows, from its footer (None: not packed, or not readable); read once per
+        file and process (a file never changes: a replaced one is a new file)."""
+        key = (self.root, name, rel)
+        if key not in _UNITS_CACHE:
+            try:
+                meta = pq.read_metadata(self._path(name, urllib.parse.unquote(rel)), filesystem=self.fs)
+            except (OSError, pa.ArrowException):
+                return None
+            _UNITS_CACHE[key] = packed_units(meta)
+        return _UNITS_CACHE[key]
 
     # ------------------------------------------------------------------ read
     def read(self, name: str, units: Sequence[str] | None = None):
@@ -291,7 +324,8 @@ class TableStore:
     def rows(self, name: str, units) -> int:
         """Rows the table holds for these ``replace_by`` values, from the Delta log's file statistics (no Spark job).
 
-        Every file amqplens writes holds one unit and says so in its min/max statistics (``_place_files``).
+        Every file amqplens writes holds one unit and says so in its min/max statistics (``_place_files``), or
+        packs several and counts each one's rows in its footer (``file_units``).
         """
         dt = self.delta(name)
         if dt is None:
@@ -299,7 +333,15 @@ class TableStore:
         (rkey,) = table_def(name).replace_by
         actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
         wanted = set(units)
-        return sum(n for n, lo in zip(actions.get("num_records", []), actions.get(f"min.{rkey}", [])) if lo in wanted)
+        n = 0
+        for rel, rows, lo, hi in zip(actions.get("path", []), actions.get("num_records", []),
+                                     actions.get(f"min.{rkey}", []), actions.get(f"max.{rkey}", [])):
+            if lo == hi:
+                n += rows if lo in wanted else 0
+            elif lo is not None and hi is not None and any(lo <= u <= hi for u in wanted):
+                held = self.file_units(name, rel) or {}
+                n += sum(c for u, c in held.items() if u in wanted)
+        return n
 
     # ----------------------------------------------------------------- write
     def check_schema(self, t: Table, df) -> None:
@@ -388,7 +430,8 @@ class TableStore:
         try:
             if len(pending) > 2 * parts:
                 # many units (captures): each task would write a file per unit it holds (partitions x units files,
-                # each then placed and committed); by unit, each unit's rows are one task's and one file. Written
+                # each then placed and committed); by unit, each unit's rows are one task's, and the task packs its
+                # units into a file per date (lake.pack_small_units; else a file per unit). Written
                 # by the tasks with pyarrow, not Spark's writer: its partitioned writer costs about 9 ms a file
                 # (302 captures' metrics_settlement: 3.4-3.7 s against 0.7-0.8 s, the same 63k rows and 302 files)
                 listed = self._arrow_stage(t, df.repartition(parts, rkey), f"{run_id}-{token}")
@@ -415,16 +458,23 @@ class TableStore:
 
         (rkey,) = t.replace_by
         # StagedWriter casts the rows to the contract's Arrow types (Spark's may differ, e.g. a timestamp's zone name)
-        write = functools.partial(_write_units, staged=StagedTable(t.name, self.root, folder), rkey=rkey,
+        # many units (captures): a task packs them into a file per partition (TableStore.stage)
+        write = functools.partial(_write_units, staged=StagedTable(t.name, self.root, folder, pack_all=self.pack), rkey=rkey,
                                   partition_by=t.partition_by)
         reports = df.sortWithinPartitions(rkey).mapInArrow(write, "meta string").collect()
         return {StagedFile.from_meta(r.meta).path for r in reports}
 
-    def stage(self, name: str, run_id: str) -> StagedTable:
-        """A staging folder of ``name`` for executors that write the table's files themselves (``StagedWriter``)."""
+    def stage(self, name: str, run_id: str, *, pack: Mapping[str, str] | None = None, pack_all: bool = False) -> StagedTable:
+        """A staging folder of ``name`` for executors that write the table's files themselves (``StagedWriter``).
+
+        ``pack``: units (unit -> partition folders) whose rows a task writes into one file per partition with the
+        other packed units' rather than a file each; ``pack_all``: every unit so (the rows carry their partition
+        values). For many small units: a reader pays per file, and replacing a packed unit rewrites its file."""
         table_def(name)
         self._clean_staging(name)
-        return StagedTable(name, self.root, f"{run_id}-{uuid.uuid4().hex[:8]}")
+        if not self.pack:
+            pack, pack_all = None, False
+        return StagedTable(name, self.root, f"{run_id}-{uuid.uuid4().hex[:8]}", dict(pack or {}), pack_all)
 
     def commit_staged(self, staged: StagedTable, files: list[StagedFile], *, units: Mapping[str, str],
                       partitions: Mapping[str, Mapping[str, str]], run_id: str) -> bool:
@@ -443,8 +493,17 @@ class TableStore:
             if not pending:
                 log.info("table %s: every unit already committed, nothing to do", t.name)
                 return False
-            listed = {f.path for f in files if f.unit in pending and f.table == t.name}
-            adds = self._place_files(t, staging, staged.folder, partitions=partitions, only=listed)
+            listed, packed = set(), {}
+            for f in files:
+                held = f.holds()
+                if f.table != t.name or not pending.keys() & held.keys():
+                    continue
+                if f.units is not None:
+                    # units another run committed meanwhile leave the file (their rows are that run's)
+                    packed[f.path] = held if pending.keys() >= held.keys() else \
+                        self._drop_units(t, f"{staging}/{f.path}", set(held) - set(pending))
+                listed.add(f.path)
+            adds = self._place_files(t, staging, staged.folder, partitions=partitions, only=listed, packed=packed)
             return self._commit_retrying(t, dt, adds, pending, run_id)
         finally:
             self._drop_dir(staging)
@@ -453,14 +512,15 @@ class TableStore:
         """``write`` for a few rows the driver holds (e.g. one captures row per file): written with pyarrow, no Spark job."""
         t = table_def(name)
         (rkey,) = t.replace_by
-        staged = self.stage(name, run_id)
-        writer = staged.writer(0)
-        schema = pa.schema([pa.field(c.name, c.arrow_type) for c in t.data_columns()])
         partitions = {}
         by_unit: dict[str, list[dict]] = {}
         for row in rows:
             by_unit.setdefault(row[rkey], []).append(row)
             partitions[row[rkey]] = {k: _partition_str(row[k]) for k in t.partition_by}
+        # a few rows per unit (one captures row, a capture's findings): every unit in its partition's one file
+        staged = self.stage(name, run_id, pack={u: _part_dirs(t, p) for u, p in partitions.items()})
+        writer = staged.writer(0)
+        schema = pa.schema([pa.field(c.name, c.arrow_type) for c in t.data_columns()])
         for unit, unit_rows in by_unit.items():  # one batch per unit (the findings of a capture: thousands of rows)
             writer.write(unit, pa.RecordBatch.from_pylist(unit_rows, schema=schema))
         try:
@@ -471,15 +531,14 @@ class TableStore:
 
     def write_arrow(self, name: str, data: pa.Table, *, units: Mapping[str, str], run_id: str) -> bool:
         """``write`` for rows the driver computed as an Arrow table (the metrics on the driver): written with pyarrow,
-        a file per unit, no Spark job. Every unit of ``units`` is replaced, also one without rows."""
+        no Spark job; the units of fewer than ``PACK_ROWS`` rows packed into a file per date, the others a file each.
+        Every unit of ``units`` is replaced, also one without rows."""
         t = table_def(name)
         (rkey,) = t.replace_by
-        staged = self.stage(name, run_id)
-        writer = staged.writer(0)
         partitions: dict[str, dict[str, str]] = {}
         # the rows by unit, each unit's a slice: one sort, not a filter of every row per unit (303 captures)
         data = data.take(pc.sort_indices(data, [(rkey, "ascending")]))
-        at = 0
+        at, slices = 0, []
         for run in pc.value_counts(data.column(rkey)).to_pylist():
             unit, rows = run["values"], data.slice(at, run["counts"])
             at += run["counts"]
@@ -487,6 +546,12 @@ class TableStore:
                 continue
             # the partition columns are not nullable (amqplens/contracts): each value is a str, not None
             partitions[unit] = {k: cast(str, _partition_str(rows.column(k)[0].as_py())) for k in t.partition_by}
+            slices.append((unit, rows))
+        # small units share their partition's file (300 small captures: 1 file a table, not 300)
+        staged = self.stage(name, run_id, pack={u: _part_dirs(t, partitions[u]) for u, rows in slices
+                                                if rows.num_rows < PACK_ROWS})
+        writer = staged.writer(0)
+        for unit, rows in slices:
             for batch in rows.combine_chunks().to_batches():
                 writer.write(unit, batch)
         try:
@@ -505,7 +570,9 @@ class TableStore:
             pass
 
     def _place_files(self, t: Table, staging: str, token: str, *, partitions: Mapping[str, Mapping[str, str]] | None = None,
-                     only: set[str] | None = None) -> list[AddAction]:
+                     only: set[str] | None = None, packed: Mapping[str, Mapping[str, int]] | None = None) -> list[AddAction]:
+        """Move the staged files into the table's partition folders; their add actions. A packed file's units
+        (``packed``: staged path -> units and rows; else its footer) give its statistics' least and greatest unit."""
         selector = pafs.FileSelector(staging, recursive=True, allow_not_found=True)
         infos = [i for i in self.fs.get_file_info(selector) if i.is_file and i.path.endswith(".parquet")]
         if only is not None:
@@ -515,6 +582,12 @@ class TableStore:
             rel = info.path[len(staging) + 1 :]
             parts = dict(urllib.parse.unquote(p).split("=", 1) for p in rel.split("/")[:-1])
             unit = parts.pop(_REPLACE_DIR)
+            held = None
+            if unit == PACKED:
+                held = (packed or {}).get(rel) or packed_units(pq.read_metadata(info.path, filesystem=self.fs))
+                if not held:
+                    continue  # every unit of it left (committed by another run): nothing of it to add
+                unit = min(held)
             parts = {**(partitions or {}).get(unit, {}), **parts}
             part_dirs = "/".join(f"{k}={urllib.parse.quote(parts[k], safe='')}" for k in t.partition_by)
             rel_dest = f"{part_dirs}/part-{token}-{n:05d}.parquet"
@@ -523,7 +596,8 @@ class TableStore:
             self.fs.move(info.path, dest)
             meta = pq.read_metadata(dest, filesystem=self.fs)
             (rkey,) = t.replace_by
-            stats = {"numRecords": meta.num_rows, "minValues": {rkey: unit}, "maxValues": {rkey: unit}, "nullCount": {rkey: 0}}
+            stats = {"numRecords": meta.num_rows, "minValues": {rkey: unit}, "maxValues": {rkey: max(held) if held else unit},
+                     "nullCount": {rkey: 0}}
             adds.append(
                 AddAction(
                     path=rel_dest,
@@ -536,30 +610,70 @@ class TableStore:
             )
         return adds
 
-    def _removals(self, t: Table, dt: DeltaTable | None, units: set[str]) -> list[RemoveAction]:
+    def _removals(self, t: Table, dt: DeltaTable | None, units: set[str]) -> tuple[list[RemoveAction], list[AddAction]]:
+        """The files that replacing ``units`` removes, and the files that take the place of packed ones holding other
+        units too (rewritten without the replaced units' rows, already in the table's folder, not committed)."""
         if dt is None:
-            return []
+            return [], []
         (rkey,) = t.replace_by
         actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
         lo, hi = actions.get(f"min.{rkey}", []), actions.get(f"max.{rkey}", [])
-        removes = []
+        removes, rewritten = [], []
         now = int(time.time() * 1000)
         for i, path in enumerate(actions.get("path", [])):
             if lo[i] is None or hi[i] is None:
                 raise LakeConflict(f"table {t.name}: file {path} has no {rkey} statistics; it was not written by amqplens")
-            if lo[i] == hi[i] and lo[i] in units:
-                removes.append(
-                    RemoveAction(
-                        path=path,
-                        data_change=True,
-                        deletion_timestamp=now,
-                        size=actions["size_bytes"][i],
-                        partition_values={k: _partition_str(actions[f"partition.{k}"][i]) for k in t.partition_by},
-                    )
+            if lo[i] == hi[i] and lo[i] not in units or not any(lo[i] <= u <= hi[i] for u in units):
+                continue
+            if lo[i] != hi[i]:
+                held = self.file_units(t.name, path)
+                if held is None:
+                    raise LakeConflict(f"table {t.name}: file {path} mixes several {rkey} values without saying which "
+                                       "(not written by amqplens) and cannot be replaced file-wise")
+                if not units.intersection(held):
+                    continue
+                if not units.issuperset(held):
+                    rewritten += self._rewrite_without(t, path, units, held)
+            removes.append(
+                RemoveAction(
+                    path=path,
+                    data_change=True,
+                    deletion_timestamp=now,
+                    size=actions["size_bytes"][i],
+                    partition_values={k: _partition_str(actions[f"partition.{k}"][i]) for k in t.partition_by},
                 )
-            elif lo[i] != hi[i] and any(lo[i] <= u <= hi[i] for u in units):
-                raise LakeConflict(f"table {t.name}: file {path} mixes several {rkey} values and cannot be replaced file-wise")
-        return removes
+            )
+        return removes, rewritten
+
+    def _rewrite_without(self, t: Table, rel: str, units: set[str], held: Mapping[str, int]) -> list[AddAction]:
+        """A packed file's rows less those of ``units``, as a new file of the table beside it (its add action)."""
+        (rkey,) = t.replace_by
+        staging = self._path(t.name, STAGING, f"rewrite-{uuid.uuid4().hex[:8]}")
+        src = self._path(t.name, urllib.parse.unquote(rel))
+        token = uuid.uuid4().hex[:8]
+        folder = rel.rsplit("/", 1)[0] if "/" in rel else ""
+        tmp = f"{staging}/{folder}/{_REPLACE_DIR}={urllib.parse.quote(PACKED, safe='')}/part-rewrite.parquet"
+        self.fs.create_dir(tmp.rsplit("/", 1)[0], recursive=True)
+        try:
+            kept = self._drop_units(t, src, units, dest=tmp)
+            return self._place_files(t, staging, token, packed={tmp[len(staging) + 1:]: kept}) if kept else []
+        finally:
+            self._drop_dir(staging)
+
+    def _drop_units(self, t: Table, path: str, units: set[str], *, dest: str | None = None) -> dict[str, int]:
+        """The packed file at ``path`` without the rows of ``units``, written to ``dest`` (default: in its place, a
+        staged file); the units left and their rows."""
+        (rkey,) = t.replace_by
+        f = pq.ParquetFile(path, filesystem=self.fs)
+        held = packed_units(f.metadata) or {}
+        kept = {u: n for u, n in held.items() if u not in units}
+        data = f.read()
+        f.close()
+        data = data.filter(pc.invert(pc.is_in(data.column(rkey), pa.array(sorted(units), pa.string()))))
+        with pq.ParquetWriter(dest or path, data.schema, filesystem=self.fs, compression="snappy") as w:
+            w.add_key_value_metadata({UNITS_KEY: json.dumps(kept, sort_keys=True).encode()})
+            w.write_table(data, row_group_size=GROUP_ROWS)
+        return kept
 
     def _commit_retrying(self, t: Table, dt, adds, pending: Mapping[str, str], run_id: str) -> bool:
         """Commit; when another writer committed first, re-read the table and try again (``COMMIT_ATTEMPTS``).
@@ -570,7 +684,13 @@ class TableStore:
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
                 _failpoint("before", t.name)
-                self._commit(t, dt, adds, self._removals(t, dt, set(pending)), pending, run_id)
+                removes, rewritten = self._removals(t, dt, set(pending))
+                try:
+                    self._commit(t, dt, adds + rewritten, removes, pending, run_id)
+                except BaseException:
+                    for add in rewritten:  # this attempt's rewrites of packed files: not in the table
+                        self.fs.delete_file(self._path(t.name, urllib.parse.unquote(add.path)))
+                    raise
                 _failpoint("commit", t.name)
                 return True
             except LakeConflict as exc:

@@ -109,3 +109,27 @@ def test_a_table_of_many_files_is_read_without_a_listing_job(spark, tmp_path):
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
     assert sorted(r.a for r in df.collect()) == list(range(40))
+
+
+def test_packed_small_captures_give_the_same_rows_in_few_files(spark, conf, tmp_path):
+    """``lake.pack_small_units``: the seven captures' rows in a file per table and task, every table's rows the same
+    as with a file per capture and table (every column, ids included: the captures are the same files)."""
+    from amqplens.contracts import ALL_TABLES, table as table_def
+
+    off = _lake(spark, conf.with_overrides(lake__pack_small_units=False), tmp_path / "off", PARTS)
+    on = _lake(spark, conf, tmp_path / "on", PARTS)
+    for name in ALL_TABLES:
+        columns = [c.name for c in table_def(name).columns if c.name not in ("run_id", "ingested_at")]
+        got = {lake: store.read_arrow(name, columns) for lake, store in (("on", on), ("off", off))}
+        if not got["off"].num_columns:
+            assert not got["on"].num_columns, name
+            continue
+        assert got["on"].num_rows == got["off"].num_rows, name
+        assert sorted(map(repr, got["on"].to_pylist())) == sorted(map(repr, got["off"].to_pylist())), name
+        files_on, files_off = (len(store.delta(name).file_uris()) for store in (on, off))
+        units = len(set(got["off"].column("capture_id").to_pylist())) if got["off"].num_rows else 0
+        assert files_off == units, name  # a file per capture and table
+        if units > 2:
+            assert files_on <= spark.sparkContext.defaultParallelism, name  # a file per task (one date)
+    assert sum(on.rows("frames", [cid]) for cid in set(on.read_arrow("captures", ["capture_id"]).column(0).to_pylist())) \
+        == on.read_arrow("frames", ["frame_id"]).num_rows > 0

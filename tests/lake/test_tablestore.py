@@ -104,7 +104,8 @@ def test_concurrent_writer_conflict_is_clear(spark, lake):
     stale = DeltaTable(str(lake / "decode_errors"))  # snapshot taken before the other writer commits
     store.write("decode_errors", frame(spark, rows("A", 1)), units={"A": "i:A:v2"})
     adds = []
-    removes = store._removals(DECODE_ERRORS, stale, {"A"})
+    removes, rewritten = store._removals(DECODE_ERRORS, stale, {"A"})
+    assert not rewritten  # files of one unit: removed whole
     with pytest.raises(LakeConflict, match="another writer"):
         store._commit(DECODE_ERRORS, stale, adds, removes, {"A": "i:A:v3"}, "run-x")
     assert ids(store) == ["A-0"]
@@ -212,9 +213,17 @@ def test_many_units_written_by_the_tasks_read_back_as_spark_writes_them(spark, l
 
     assert table(many) == table(one) and len(table(many)) == len(data)
     files = pa.table(DeltaTable(str(lake / "decode_errors")).get_add_actions(flatten=True)).to_pydict()
+    # packed (lake.pack_small_units): a file per task and date, each listing its units in its footer
+    assert len(files["path"]) <= 2 * int(spark.conf.get("spark.sql.shuffle.partitions"))
+    held = [many.file_units("decode_errors", p) for p in files["path"]]
+    assert sorted(u for h in held for u in h) == [f"U{i}" for i in range(9)]
+    assert {p.split("/")[0] for p in files["path"]} == {"capture_date=2024-05-01", "capture_date=2024-06-02"}
+    unpacked = TableStore(spark, str(tmp_path / "unpacked"), pack=False)
+    assert unpacked.write("decode_errors", frame(spark, data), units={f"U{i}": f"i:U{i}:v1" for i in range(9)})
+    assert table(unpacked) == table(one)
+    files = pa.table(DeltaTable(str(tmp_path / "unpacked" / "decode_errors")).get_add_actions(flatten=True)).to_pydict()
     assert len(files["path"]) == 9 and files["min.capture_id"] == files["max.capture_id"]
     assert sorted(files["min.capture_id"]) == [f"U{i}" for i in range(9)]
-    assert {p.split("/")[0] for p in files["path"]} == {"capture_date=2024-05-01", "capture_date=2024-06-02"}
     # U0..U5 again, one row each: their files replaced, the others' kept
     again = [r for i in range(6) for r in rows(f"U{i}", 1, reason="again")]
     assert many.write("decode_errors", frame(spark, again), units={f"U{i}": f"i:U{i}:v2" for i in range(6)})

@@ -41,7 +41,8 @@ def _labelled(build, labels):
 def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str | None = None) -> list[str]:
     """Build the metric tables for the given captures (default: every capture in the lake). Returns those done now."""
     run_id = run_id or uuid.uuid4().hex[:12]
-    store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"])
+    store = TableStore(spark, conf["lake.root"], staging_max_age_hours=conf["lake.staging_max_age_hours"],
+                       pack=conf["lake.pack_small_units"])
     found = store.read_arrow("captures", ["capture_id", "decoder_version", "path"], capture_ids).to_pylist()  # no Spark job
     units = {c["capture_id"]: app_id(c["capture_id"], c["decoder_version"], conf) for c in found}
     pending = {cid: a for cid, a in units.items() if not store.committed("metrics_errors", a)}
