@@ -127,6 +127,34 @@ def commit_units(path: pathlib.Path) -> set[str] | None:
     return None
 
 
+def adding_commit_units(table: pathlib.Path, rel: str) -> set[str] | None:
+    """The captures of the commit that added the data file ``rel`` (its path as the log has it), from the log's
+    commit files; None when no readable commit adds it or says its captures. For a packed file that no longer
+    reads: its captures are among these."""
+    logs = table / "_delta_log"
+    try:
+        commits = sorted(p for p in logs.iterdir() if _COMMIT.match(p.name))
+    except OSError:
+        return None
+    needle = json.dumps(rel)[1:-1].encode()
+    for path in reversed(commits):  # the add is in the latest commit that names the file
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if needle in data and any(isinstance(a := _json_or_none(line), dict) and isinstance(a.get("add"), dict)
+                                  and a["add"].get("path") == rel for line in data.splitlines()):
+            return commit_units(path)
+    return None
+
+
+def _json_or_none(line: bytes):
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
 def log_problems(root: str, name: str) -> list[Problem]:
     """The problems of one table's log (each commit file parses; the versions follow each other; the table opens)."""
     p = local_root(root)
@@ -188,8 +216,8 @@ def table_captures(root: str) -> set[str]:
 
 def _files_units(root: str, name: str, dt) -> dict[str, dict]:
     """Each file of the snapshot (its path as the log has it) -> its units and their rows: the log's statistics of a
-    file of one unit; a packed file's footer (``amqplens.lake.staging.UNITS_KEY``), or, when that does not read,
-    its least and greatest unit (rows unknown: 0)."""
+    file of one unit; a packed file's footer (``amqplens.lake.staging.UNITS_KEY``), or, when that does not read, the
+    captures of the commit that added it between its least and greatest unit, at least those two (rows unknown: 0)."""
     import urllib.parse
 
     import pyarrow as pa
@@ -212,7 +240,10 @@ def _files_units(root: str, name: str, dt) -> dict[str, dict]:
                 held = packed_units(pq.read_metadata(p / name / urllib.parse.unquote(rel)))
             except (OSError, pa.ArrowException):
                 held = None
-        out[rel] = held if held is not None else {lo[i]: counts[i] or 0} if lo[i] == hi[i] else {lo[i]: 0, hi[i]: 0}
+        if held is None and lo[i] != hi[i]:
+            added = adding_commit_units(p / name, rel) if p is not None and lo[i] is not None and hi[i] is not None else None
+            held = {u: 0 for u in sorted({lo[i], hi[i]} | {u for u in added or () if lo[i] <= u <= hi[i]})}
+        out[rel] = held if held is not None else {lo[i]: counts[i] or 0}
     return out
 
 

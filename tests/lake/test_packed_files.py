@@ -113,17 +113,18 @@ def test_a_staged_packed_file_leaves_out_the_units_another_writer_committed(tmp_
     assert store.rows("decode_errors", ["A"]) == 2 and store.rows("decode_errors", ["B"]) == 1
 
 
-def test_a_packed_file_whose_footer_does_not_say_its_units_is_not_replaced_blindly(tmp_path):
+def test_a_file_of_several_units_that_does_not_say_which_is_not_replaced_blindly(tmp_path):
+    """A file another writer added (delta-rs's own writer: two captures, no list in its footer) is whole and of its
+    logged size, so it is not taken for damage: replacing one of its captures is refused, not guessed."""
+    from deltalake import write_deltalake
+
     store = TableStore(None, str(tmp_path))
-    store.write_arrow("decode_errors", pa.concat_tables([errors("A", 2), errors("B", 2)]),
-                      units={u: app(u) for u in "AB"}, run_id="r1")
-    (uri,) = files(tmp_path)
-    path = uri.removeprefix("file://")
-    plain = pq.read_table(path)
-    pq.write_table(plain.replace_schema_metadata(None), path)  # the same rows, no units in the footer
-    store2 = TableStore(None, str(tmp_path))
+    store.write_arrow("decode_errors", errors("Z", 1), units={"Z": app("Z")}, run_id="r1")
+    write_deltalake(str(tmp_path / "decode_errors"), pa.concat_tables([errors("A", 2), errors("B", 2)]),
+                    mode="append", partition_by=["capture_date"])
     with pytest.raises(LakeConflict, match="without saying which"):
-        store2._removals(DECODE_ERRORS, store2.delta("decode_errors"), {"A"})
+        store._removals(DECODE_ERRORS, store.delta("decode_errors"), {"A"})
+    assert read(store, ["A"]) == [("A-0", "bad"), ("A-1", "bad")]  # read and filtered row by row
 
 
 def test_check_names_every_capture_of_a_damaged_packed_file(tmp_path):
@@ -137,7 +138,35 @@ def test_check_names_every_capture_of_a_damaged_packed_file(tmp_path):
         f.write(data[: len(data) // 2])  # cut short: the footer does not read either
     problems = lake_check.check(str(tmp_path), names=["decode_errors"])
     assert len(problems) == 1 and "bytes" in problems[0].what
-    # the footer is gone, so the statistics' least and greatest unit are what is known of it
-    assert set(problems[0].captures) == {"A", "C"}
+    # the footer is gone: its captures are those of the commit that added it, between its least and greatest
+    assert set(problems[0].captures) == {"A", "B", "C"}
     # a reader of the table leaves the damaged file out and does not fail
     assert read(TableStore(None, str(tmp_path)), ["B"]) == []
+
+
+@pytest.mark.parametrize("damage", ["cut", "gone"])
+def test_a_rerun_of_the_captures_check_names_replaces_a_damaged_packed_file(tmp_path, monkeypatch, damage):
+    """As a run of the same input after ``check`` (``TableStore.redo``): the damaged file is removed, the captures'
+    rows written again, and the lake is whole; a capture of another file is left as it was."""
+    store = TableStore(None, str(tmp_path))
+    units = {u: app(u) for u in "ABCE"}
+    store.write_arrow("decode_errors", pa.concat_tables([errors("A", 2), errors("B", 2), errors("C", 1)]),
+                      units={u: units[u] for u in "ABC"}, run_id="r1")
+    store.write_arrow("decode_errors", errors("E", 1, DAY2), units={"E": units["E"]}, run_id="r2")
+    (path,) = [u.removeprefix("file://") for u in files(tmp_path) if "2024-05-01" in u]
+    if damage == "cut":
+        data = open(path, "rb").read()
+        with open(path, "wb") as f:
+            f.write(data[:100])
+    else:
+        import os
+
+        os.remove(path)
+    damaged = lake_check.damaged_captures(lake_check.check(str(tmp_path)))
+    assert damaged == {"A", "B", "C"}
+    monkeypatch.setattr(TableStore, "redo", frozenset(damaged))
+    again = TableStore(None, str(tmp_path))
+    assert again.write_arrow("decode_errors", pa.concat_tables([errors("A", 2), errors("B", 2), errors("C", 1)]),
+                             units={u: units[u] for u in "ABC"}, run_id="r3")
+    assert lake_check.check(str(tmp_path), deep=True) == []
+    assert [i for i, _ in read(again)] == ["A-0", "A-1", "B-0", "B-1", "C-0", "E-0"]
