@@ -384,19 +384,32 @@ def direct_scans(spark, conf: Config, files: list[CaptureFile]) -> dict[str, "he
     return scans
 
 
-def direct_plan(scans: dict[str, "headscan.FileScan"], tasks: int) -> list[tuple[int, str]]:
+def direct_plan(scans: dict[str, "headscan.FileScan"], tasks: int, whole_below: int = 0) -> list[tuple[int, str]]:
     """The direct tasks' rows: every flow of every capture in ``scans`` onto ``tasks`` bins, largest (bytes) first
-    onto the least loaded; empty bins are left out. Rows grow with flows (one JSON entry per directional flow)."""
-    items = [(flow.bytes, (cid, flow)) for cid, scan in scans.items() for flow in scan.flows()]
+    onto the least loaded; empty bins are left out. Rows grow with flows (one JSON entry per directional flow).
+
+    With many captures (more than four per task), a capture of at most ``whole_below`` bytes goes whole to one
+    task: each task then opens and scans only its own captures' files, not nearly every file (299 small captures,
+    8 connections each, had both tasks scan all 299)."""
+    many = len(scans) > 4 * tasks
+    items = []
+    for cid, scan in scans.items():
+        flows = list(scan.flows())
+        total = sum(flow.bytes for flow in flows)
+        if many and total <= whole_below:
+            items.append((total, (cid, flows)))
+        else:
+            items += [(flow.bytes, (cid, [flow])) for flow in flows]
     rows = []
     for i, placed in enumerate(headscan.bins(items, tasks)):
         per: dict[str, dict] = {}
-        for cid, flow in placed:
+        for cid, flows in placed:
             scan = scans[cid]
             item = per.setdefault(cid, {"capture_id": cid, "path": scan.path, "dflows": {}, "bytes": 0})
-            for d in flow.dflows:
-                item["dflows"][d] = scan.dflows[d]
-            item["bytes"] += flow.bytes
+            for flow in flows:
+                for d in flow.dflows:
+                    item["dflows"][d] = scan.dflows[d]
+                item["bytes"] += flow.bytes
         if per:
             rows.append((i, json.dumps(list(per.values()))))
     return rows
@@ -509,7 +522,7 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
             .sortWithinPartitions("capture_id", "flow_key", "ts_us", "record_offset")
             .mapInArrow(decode, from_arrow_schema(options.flows_schema))
         )
-    direct_rows = direct_plan(scans, spark.sparkContext.defaultParallelism)
+    direct_rows = direct_plan(scans, spark.sparkContext.defaultParallelism, conf["capture.min_split_size"])
     if direct_rows:
         # one task per row, each decoding its flows of the whole file: no packet crosses into the JVM
         direct_tasks = spark.sparkContext.parallelize(direct_rows, len(direct_rows)).toDF("task int, plan string")

@@ -101,3 +101,34 @@ def test_plan_spreads_flows_by_bytes(tmp_path):
     assert max(loads) - min(loads) <= max(f.bytes for f in flows)
     dflows = [d for _, plan in rows for item in json.loads(plan) for d in item["dflows"]]
     assert sorted(map(int, dflows)) == list(range(len(scan.dflows)))  # every directional flow in exactly one task
+
+
+def test_plan_keeps_each_of_many_small_captures_whole_on_one_task():
+    """Twelve captures on two tasks (more than four per task): a capture under ``whole_below`` bytes goes whole to one
+    task, the tasks' bytes stay within the largest capture of each other, every directional flow is planned once;
+    a capture above it is still spread by flow."""
+    import glob
+    import json
+
+    paths = sorted(glob.glob(str(DATA / "broker" / "*.pcap")))[:12]
+    scans = {pathlib.Path(p).stem: headscan.plan(p) for p in paths}
+    scans = {k: s for k, s in scans.items() if s is not None and s.clean}
+    assert len(scans) > 8
+    sizes = {k: sum(f.bytes for f in s.flows()) for k, s in scans.items()}
+    rows = ingest_captures.direct_plan(scans, 2, whole_below=max(sizes.values()))
+    tasks_of: dict[str, set] = {}
+    planned: dict[str, list] = {}
+    loads = []
+    for task, plan in rows:
+        items = json.loads(plan)
+        loads.append(sum(item["bytes"] for item in items))
+        for item in items:
+            tasks_of.setdefault(item["capture_id"], set()).add(task)
+            planned.setdefault(item["capture_id"], []).extend(int(d) for d in item["dflows"])
+    assert all(len(t) == 1 for t in tasks_of.values())  # whole
+    assert {k: sorted(v) for k, v in planned.items()} == {k: list(range(len(s.dflows))) for k, s in scans.items() if s.dflows}
+    assert max(loads) - min(loads) <= max(sizes.values())
+    biggest = max(sizes, key=lambda k: sizes[k])
+    split = ingest_captures.direct_plan(scans, 2, whole_below=sizes[biggest] - 1)  # the largest one above it
+    holding = {task for task, plan in split for item in json.loads(plan) if item["capture_id"] == biggest}
+    assert len(holding) == 2 or len(scans[biggest].flows()) == 1
