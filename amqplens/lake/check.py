@@ -200,7 +200,6 @@ def has_checkpoint_after(table_dir: pathlib.Path, version: int) -> bool:
 
 def table_captures(root: str) -> set[str]:
     """The capture ids of every readable table's rows (from the log's file statistics)."""
-
     from amqplens.contracts import ALL_TABLES
 
     out: set[str] = set()
@@ -221,10 +220,9 @@ def _files_units(root: str, name: str, dt) -> dict[str, dict]:
     import urllib.parse
 
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from amqplens.contracts import table as table_def
-    from amqplens.lake.staging import packed_units
+    from amqplens.lake.staging import footer_units
 
     (rkey,) = table_def(name).replace_by
     actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
@@ -234,12 +232,7 @@ def _files_units(root: str, name: str, dt) -> dict[str, dict]:
     p = local_root(root)
     out = {}
     for i, rel in enumerate(rels):
-        held = None
-        if lo[i] != hi[i] and p is not None:
-            try:
-                held = packed_units(pq.read_metadata(p / name / urllib.parse.unquote(rel)))
-            except (OSError, pa.ArrowException):
-                held = None
+        held = footer_units(str(p / name / urllib.parse.unquote(rel))) if lo[i] != hi[i] and p is not None else None
         if held is None and lo[i] != hi[i]:
             added = adding_commit_units(p / name, rel) if p is not None and lo[i] is not None and hi[i] is not None else None
             held = {u: 0 for u in sorted({lo[i], hi[i]} | {u for u in added or () if lo[i] <= u <= hi[i]})}
@@ -325,8 +318,6 @@ def _unreadable(path: pathlib.Path, rows) -> str | None:
 def capture_problems(root: str, tables: dict) -> list[Problem]:
     """The tables against ``captures``: every capture id a table holds is known there, and a capture's
     ``connections`` rows are as many as its captures row counts. ``tables``: name -> snapshot (None: no table)."""
-
-
     caps_dt = tables.get("captures")
     if caps_dt is None:
         return []

@@ -128,6 +128,14 @@ def packed_units(meta) -> dict[str, int] | None:
     return units
 
 
+def footer_units(path, filesystem=None) -> dict[str, int] | None:
+    """``packed_units`` of the file at ``path``; None also when its footer does not read (gone, cut short)."""
+    try:
+        return packed_units(pq.read_metadata(path, filesystem=filesystem))
+    except (OSError, pa.ArrowException):
+        return None
+
+
 class StagedWriter:
     """Writes Arrow batches of one table into a staging folder: one file per (task, unit) in ``_rk=<unit>/``, and
     one per (task, partition) in ``_rk=+packed/`` for the units ``StagedTable.pack`` names (their units and rows in

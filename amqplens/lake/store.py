@@ -39,7 +39,8 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction, create_table_with_add_actions
 
 from amqplens.lake import check as lake_check
-from amqplens.lake.staging import GROUP_ROWS, PACKED, STAGING, UNITS_KEY, SchemaMismatch, StagedFile, StagedTable, packed_units
+from amqplens.lake.staging import (GROUP_ROWS, PACKED, STAGING, UNITS_KEY, SchemaMismatch, StagedFile, StagedTable,
+                                   footer_units, packed_units)
 from amqplens.lake.staging import REPLACE_DIR as _REPLACE_DIR
 from amqplens.lake.staging import filesystem as _filesystem
 from amqplens.contracts import Table, table as table_def
@@ -220,11 +221,10 @@ class TableStore:
         file and process (a file never changes: a replaced one is a new file)."""
         key = (self.root, name, rel)
         if key not in _UNITS_CACHE:
-            try:
-                meta = pq.read_metadata(self._path(name, urllib.parse.unquote(rel)), filesystem=self.fs)
-            except (OSError, pa.ArrowException):
-                return None
-            _UNITS_CACHE[key] = packed_units(meta)
+            held = footer_units(self._path(name, urllib.parse.unquote(rel)), self.fs)
+            if held is None:
+                return None  # not cached: a file that does not read now may be mended (``amqplens repair``)
+            _UNITS_CACHE[key] = held
         return _UNITS_CACHE[key]
 
     # ------------------------------------------------------------------ read
@@ -584,7 +584,7 @@ class TableStore:
             unit = parts.pop(_REPLACE_DIR)
             held = None
             if unit == PACKED:
-                held = (packed or {}).get(rel) or packed_units(pq.read_metadata(info.path, filesystem=self.fs))
+                held = (packed or {}).get(rel) or footer_units(info.path, self.fs)
                 if not held:
                     continue  # every unit of it left (committed by another run): nothing of it to add
                 unit = min(held)
@@ -637,7 +637,7 @@ class TableStore:
                 if held is not None and not units.intersection(held):
                     continue
                 if held is not None and not units.issuperset(held):
-                    rewritten += self._rewrite_without(t, path, units, held)
+                    rewritten += self._rewrite_without(t, path, units)
             removes.append(
                 RemoveAction(
                     path=path,
@@ -649,9 +649,8 @@ class TableStore:
             )
         return removes, rewritten
 
-    def _rewrite_without(self, t: Table, rel: str, units: set[str], held: Mapping[str, int]) -> list[AddAction]:
+    def _rewrite_without(self, t: Table, rel: str, units: set[str]) -> list[AddAction]:
         """A packed file's rows less those of ``units``, as a new file of the table beside it (its add action)."""
-        (rkey,) = t.replace_by
         staging = self._path(t.name, STAGING, f"rewrite-{uuid.uuid4().hex[:8]}")
         src = self._path(t.name, urllib.parse.unquote(rel))
         token = uuid.uuid4().hex[:8]
