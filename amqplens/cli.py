@@ -130,7 +130,9 @@ def _await_imports() -> None:
 
 def later_imports(conf) -> list[str]:
     """What the validate and report stages import, which a run imports in the background from its start."""
-    return [*(["great_expectations"] if conf["validate.enabled"] else []), "matplotlib.figure", "matplotlib.backends.backend_agg"]
+    # matplotlib only where the driver draws the report's PNGs itself (``report.png_processes`` 0)
+    drawing = [] if conf["report.png_processes"] > 0 else ["matplotlib.figure", "matplotlib.backends.backend_agg"]
+    return [*(["great_expectations"] if conf["validate.enabled"] else []), *drawing]
 
 
 def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=(), out: str | None = None,
@@ -188,6 +190,10 @@ def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=
                              + " (left alone; every other file was ingested)")
         return None
     ids = _without_failed(spark, conf, ids)
+    if report_too:  # the report's PNG process imports matplotlib while the stages before the report run
+        from amqplens.report import painter
+
+        painter.prestart(conf["report.png_processes"])
     with Stage("lifecycle", spark) as stage:
         # the job only for what the ingest did not do (logs, captures ingested before, lifecycle.fused off)
         todo = [cid for cid in ids if cid not in fused]

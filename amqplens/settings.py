@@ -443,6 +443,10 @@ class ReportSettings(_Section):
     connection_pages: Annotated[int, *Int(0)] = setting(
         20, "connections with a page of their own: those that ended in an error, then the busiest (by frames)")
     max_points: Annotated[int, *Int(10)] = setting(2000, "points per series over time; beyond, each interval keeps its maximum")
+    png_processes: Annotated[int, *Int(0)] = setting(
+        2, "processes that draw the overview's PNGs (matplotlib) beside the driver's queries and pages: one helper "
+        "process imports matplotlib once and forks these (`amqplens run` starts it at its beginning); 0 draws them on "
+        "the driver's draw thread. A PNG the processes fail to draw is drawn on the driver")
     engine: Annotated[str, *Choice("auto", "driver", "spark")] = setting(
         "auto", "where the report's queries run: `driver` (pyarrow reads of the columns each needs, Arrow and pandas: no "
         "Spark job), `spark` (Spark queries: the reference), `auto` = the driver while the rows its reads keep fit "

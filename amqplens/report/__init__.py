@@ -21,13 +21,14 @@ import html
 import logging
 import pathlib
 import types
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import pandas as pd
 
 from amqplens.report import data
 from amqplens.report import findings as findings_section
 from amqplens.report import pages
+from amqplens.report import painter as painters
 from amqplens.report import plots
 from amqplens.report import png
 from amqplens.config import Config, report_dir
@@ -119,68 +120,97 @@ def _figure_queries(q, conf, pool) -> dict:
     return f
 
 
-def _figures(conf, q: dict, conns, blocked, errs, events, alarms, out_dir: pathlib.Path) -> list[Figure]:
+def _figures(conf, q: dict, conns, blocked, errs, events, alarms, out_dir: pathlib.Path, painter=None) -> list[Figure]:
     """The overview's figures from the queries ``_figure_queries`` started: plotly divs, and each also a PNG next to
     the page.
 
-    The figures are drawn on one thread of their own, each as soon as its query is back, while the others' queries
-    run (a small lake's queries are mostly waiting on the JVM). The PNGs go through matplotlib's object API, not
-    pyplot's global state; one thread, not one per figure, because matplotlib's mathtext parser (log-axis labels
-    such as 10^0) is shared: two figures drawn at once broke its parse (seen in tests/e2e/test_wild_run.py).
+    The figures are made one at a time on the calling thread, each as soon as its queries are back, while the
+    others' queries run. Each PNG goes to the PNG processes (``painter``, amqplens/report/painter.py) as its data is
+    there; without them, or for a PNG they failed to draw, it is drawn on that thread (matplotlib's object API, not
+    pyplot's global state; one thread, not one per figure, because matplotlib's mathtext parser, for log-axis labels
+    such as 10^0, is shared by a process's figures: two drawn at once broke its parse, seen in
+    tests/e2e/test_wild_run.py).
     """
     n, points = conf["report.busiest"], conf["report.max_points"]
     stats, inflight, credit, outcomes, labels = (q[k] for k in ("stats", "inflight", "credit", "outcomes", "labels"))
     chan, link = plots.channel_entity, plots.link_entity  # metrics_flow's entity names
     spans = plots.blocked_spans(blocked, conns)
     href = lambda cid: f"connections/{pages.page_name(cid)}" if cid in paged(conns) else None  # noqa: E731
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="amqplens-draw") as draw:
-        defs = [
-            (Figure("latency", "Latency distributions per dialect and method", "deliveries",
-                    "settle_latency_us is not null and settle_mode not in (auto_ack, no_confirm), plus request_responses.latency_us; "
-                    "quantiles by percentile_approx (summaries: metrics_latency where bucket_seconds = 0 and entity_kind = 'capture')"),
-             lambda: not stats.result().empty, lambda: plots.latency_box(stats.result()),
-             lambda ax: png.latency(ax, stats.result()), (10, 7)),
-            (Figure("inflight", f"In flight vs prefetch, {n} busiest channels", "flow_events",
-                    f"entity = 'channel', the {n} channels with the most 'deliver' events; at most {points} points each "
-                    "(per-interval maxima beyond); labels from metrics_flow.entity_label"),
-             lambda: not inflight.result().empty,
-             lambda: plots.step_series(inflight.result(), labels.result(), chan, "in_flight", "In flight vs prefetch", "messages",
-                                       "prefetch_count"),
-             lambda ax: png.steps(ax, inflight.result(), labels.result(), chan, "in_flight", "messages", "prefetch_count"), (10, 4)),
-            (Figure("credit", f"Link credit over time, {n} busiest links", "flow_events",
-                    f"entity = 'link', the {n} links with the most 'transfer' events; at most {points} points each"),
-             lambda: not credit.result().empty,
-             lambda: plots.step_series(credit.result(), labels.result(), link, "link_credit", "Link credit", "link credit", log=True),
-             lambda ax: png.steps(ax, credit.result(), labels.result(), link, "link_credit", "link credit (symlog)", log=True), (10, 4)),
-            (Figure("settlement", "Settlement outcomes", "metrics_settlement",
-                    "bucket_seconds = 0 and entity_kind = 'capture' and measure = 'outcome', summed over captures"),
-             lambda: not outcomes.result().empty, lambda: plots.outcome_bars(outcomes.result()),
-             lambda ax: png.outcomes(ax, outcomes.result()), (10, 5)),
-            (Figure("timeline", "Connection timeline", "connections",
-                    "the first 40 connections by start_ts and those with a page (Proton-trace connections, which have no clock, "
-                    "left out); blocked from flow_events where entity = 'connection'; errors from frames where a close carries "
-                    "reply_code != 200 or an error_condition; broker log events (channel errors, abrupt closes, alarm intervals) "
-                    "from broker_events; a label links to the connection's page"),
-             lambda: not conns.empty, lambda: plots.connection_timeline(conns, blocked, errs, events, alarms, href),
-             lambda ax: png.timeline(ax, conns, errs, spans, events, alarms), (11, 7)),
-        ]
-        # the timeline's data is here already: it goes first, the others in the order their queries were started
-        drawn = [draw.submit(_draw, *d, out_dir) for d in defs[-1:] + defs[:-1]]
-        figures = {f.name: f for f in (d.result() for d in drawn)}
+    defs = [
+        (Figure("latency", "Latency distributions per dialect and method", "deliveries",
+                "settle_latency_us is not null and settle_mode not in (auto_ack, no_confirm), plus request_responses.latency_us; "
+                "quantiles by percentile_approx (summaries: metrics_latency where bucket_seconds = 0 and entity_kind = 'capture')"),
+         lambda: not stats.result().empty, lambda: plots.latency_box(stats.result()),
+         lambda: ("latency", (stats.result(),)), (10, 7)),
+        (Figure("inflight", f"In flight vs prefetch, {n} busiest channels", "flow_events",
+                f"entity = 'channel', the {n} channels with the most 'deliver' events; at most {points} points each "
+                "(per-interval maxima beyond); labels from metrics_flow.entity_label"),
+         lambda: not inflight.result().empty,
+         lambda: plots.step_series(inflight.result(), labels.result(), chan, "in_flight", "In flight vs prefetch", "messages",
+                                   "prefetch_count"),
+         lambda: ("steps", (inflight.result(), labels.result(), chan, "in_flight", "messages", "prefetch_count")), (10, 4)),
+        (Figure("credit", f"Link credit over time, {n} busiest links", "flow_events",
+                f"entity = 'link', the {n} links with the most 'transfer' events; at most {points} points each"),
+         lambda: not credit.result().empty,
+         lambda: plots.step_series(credit.result(), labels.result(), link, "link_credit", "Link credit", "link credit", log=True),
+         lambda: ("steps", (credit.result(), labels.result(), link, "link_credit", "link credit (symlog)", None, True)),
+         (10, 4)),
+        (Figure("settlement", "Settlement outcomes", "metrics_settlement",
+                "bucket_seconds = 0 and entity_kind = 'capture' and measure = 'outcome', summed over captures"),
+         lambda: not outcomes.result().empty, lambda: plots.outcome_bars(outcomes.result()),
+         lambda: ("outcomes", (outcomes.result(),)), (10, 5)),
+        (Figure("timeline", "Connection timeline", "connections",
+                "the first 40 connections by start_ts and those with a page (Proton-trace connections, which have no clock, "
+                "left out); blocked from flow_events where entity = 'connection'; errors from frames where a close carries "
+                "reply_code != 200 or an error_condition; broker log events (channel errors, abrupt closes, alarm intervals) "
+                "from broker_events; a label links to the connection's page"),
+         lambda: not conns.empty, lambda: plots.connection_timeline(conns, blocked, errs, events, alarms, href),
+         lambda: ("timeline", (conns, errs, spans, events, alarms)), (11, 7)),
+    ]
+    # what each figure waits for; each is made as soon as its queries are back (the timeline's data is here already)
+    needs = {"latency": [stats], "inflight": [inflight, labels], "credit": [credit, labels], "settlement": [outcomes],
+             "timeline": []}
+    made = [_draw(fig_def, has_data, interactive, static, size, out_dir, painter)
+            for fig_def, has_data, interactive, static, size in _when_ready(defs[-1:] + defs[:-1], needs)]
+    for fig_def, job, png_args in made:  # the PNGs the processes were given: drawn here if they failed
+        if job is None:
+            continue
+        try:
+            job.result(timeout=PNG_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - drawn here instead
+            log.warning("report: the PNG process did not draw %s (%s); drawn on the driver", fig_def.name, e)
+            png.draw(*png_args)
+    figures = {f.name: f for f, _, _ in made}
     return [figures[d[0].name] for d in defs]
 
 
-def _draw(fig_def: Figure, has_data, interactive, static, size, out_dir: pathlib.Path) -> Figure:
-    """One figure: its plotly div and its PNG (``<out_dir>/<name>.png``)."""
+# a PNG process's figure takes a second or two; past this it is drawn on the driver
+PNG_TIMEOUT_S = 120
+
+
+def _when_ready(defs: list, needs: dict):
+    """``defs`` in the order their queries (``needs``: figure name -> futures) come back, ties in the given order."""
+    left = list(defs)
+    while left:
+        ready = [d for d in left if all(f.done() for f in needs[d[0].name])]
+        if not ready:
+            wait({f for d in left for f in needs[d[0].name] if not f.done()}, return_when=FIRST_COMPLETED)
+            continue
+        left.remove(ready[0])
+        yield ready[0]
+
+
+def _draw(fig_def: Figure, has_data, interactive, static, size, out_dir: pathlib.Path, painter=None):
+    """One figure: its plotly div, and its PNG (``<out_dir>/<name>.png``) handed to ``painter`` (then the job's
+    future is returned, with the PNG's arguments) or drawn here."""
     fig_def.drawn = has_data()
     fig_def.div = plots.div(interactive(), f"plot-{fig_def.name}") if fig_def.drawn else "<p>(nothing to draw in this lake)</p>"
-    fig = png.figure(size)
-    ax = fig.subplots()
-    static(ax)
-    ax.set_title(fig_def.title)
-    fig.tight_layout()
-    fig.savefig(out_dir / f"{fig_def.name}.png", dpi=90)
-    return fig_def
+    kind, args = static()
+    png_args = (kind, args, fig_def.title, size, str(out_dir / f"{fig_def.name}.png"))
+    if painter is not None:
+        return fig_def, painter.submit(*png_args), png_args
+    png.draw(*png_args)
+    return fig_def, None, png_args
 
 
 def paged(conns) -> set:
@@ -266,11 +296,12 @@ def write_connection_pages(store, q, conns, blocked, errs, out_dir: pathlib.Path
         (frames, flows), (lat, out) = lifecycle.result(), metrics.result()
     folder = out_dir / "connections"
     folder.mkdir(exist_ok=True)
+    # each frame split by connection once (rows in their order), not filtered once per page
+    split = [(df.iloc[:0], dict(tuple(df.groupby("connection_id", sort=False)))) for df in (frames, flows, blocked, errs, lat, out)]
     written = []
     for c in mine.itertuples():
-        of = lambda df: df[df.connection_id == c.connection_id]  # noqa: E731
         path = folder / pages.page_name(c.connection_id)
-        path.write_text(render_connection(store, c, of(frames), of(flows), of(blocked), of(errs), of(lat), of(out)))
+        path.write_text(render_connection(store, c, *(parts.get(c.connection_id, none) for none, parts in split)))
         written.append(path)
     return written
 
@@ -298,17 +329,22 @@ def run(spark, conf: Config, out: str | None = None) -> pathlib.Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     write_plotly_js(out_dir)
     engine = conf["report.engine"]
-    if engine != "spark":
-        budget = None if engine == "driver" else conf["report.driver_max_rows"]
-        try:
-            return write(store, conf, out_dir, queries("driver", store, budget))
-        except TooMany as e:
-            log.info("report: %s; through Spark", e)
-    return write(store, conf, out_dir, queries("spark", store))
+    painter = painters.take(conf["report.png_processes"])  # its imports while the queries run
+    try:
+        if engine != "spark":
+            budget = None if engine == "driver" else conf["report.driver_max_rows"]
+            try:
+                return write(store, conf, out_dir, queries("driver", store, budget), painter)
+            except TooMany as e:
+                log.info("report: %s; through Spark", e)
+        return write(store, conf, out_dir, queries("spark", store), painter)
+    finally:
+        if painter is not None:
+            painter.stop()
 
 
-def write(store, conf: Config, out_dir: pathlib.Path, q) -> pathlib.Path:
-    """The report's pages from the queries ``q`` (``queries``)."""
+def write(store, conf: Config, out_dir: pathlib.Path, q, painter=None) -> pathlib.Path:
+    """The report's pages from the queries ``q`` (``queries``); the PNGs by ``painter`` (painter.Painter) if given."""
     # Independent queries at once from driver threads: each is a small aggregate whose cost on a small lake is
     # planning and scheduling (Spark) or reading (the driver), which overlap; the figures' queries start first, as
     # they need no connection list. The figures draw on a thread of their own (_figures); the connection pages draw
@@ -323,7 +359,7 @@ def write(store, conf: Config, out_dir: pathlib.Path, q) -> pathlib.Path:
         blocked, errs = q.blocked_and_errors(ids, PAGE_EVENT_CAP)
         pages_written = pool.submit(write_connection_pages, store, q, conns, blocked, errs, out_dir)
         events, alarms = logs.result()
-        figures = _figures(conf, futures, conns, blocked, errs, events, alarms, out_dir)
+        figures = _figures(conf, futures, conns, blocked, errs, events, alarms, out_dir, painter)
         pages_written.result()
         tables = top.result()
     page = out_dir / "index.html"

@@ -45,17 +45,23 @@ class Lake:
         self.store, self.budget, self.kept = store, budget, 0
         self._lock = threading.Lock()
 
-    def arrow(self, name: str, columns, where=None) -> pa.Table:
-        """``columns`` of the rows ``where`` keeps, as Arrow (the contract's types, nullable)."""
+    def arrow(self, name: str, columns, where=None, dictionary: tuple[str, ...] = ()) -> pa.Table:
+        """``columns`` of the rows ``where`` keeps, as Arrow (the contract's types, nullable); the text columns named in
+        ``dictionary`` as Parquet holds them, dictionary-encoded (no string built per row), each column's chunks
+        sharing one dictionary."""
         t = table_def(name)
         columns = list(columns)
-        schema = pa.schema([t.arrow_schema().field(c).with_nullable(True) for c in columns])
+        fields = [t.arrow_schema().field(c).with_nullable(True) for c in columns]
+        schema = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in dictionary else f for f in fields])
         dt = self.store.delta(name)
         if dt is None:  # not in the lake: no rows, as Spark's empty DataFrame
             return schema.empty_table()
         files, _ = self.store.unit_files(name, dt, None)
         # use_threads=False: the report is the last thing a run does (see TableStore.read_arrow)
-        out = self.store.dataset(name, files).to_table(columns=columns, filter=where, use_threads=False).cast(schema)
+        out = self.store.dataset(name, files, dictionary).to_table(columns=columns, filter=where, use_threads=False)
+        out = out.cast(schema)
+        if dictionary:
+            out = out.unify_dictionaries()
         with self._lock:
             self.kept += out.num_rows
             if self.budget is not None and self.kept > self.budget:
@@ -99,15 +105,21 @@ def _in(column: str, values) -> pc.Expression:
 
 def latency_stats(lake: Lake, kinds: int = 25) -> pd.DataFrame:
     """data.latency_stats: per kind, count and quantiles in ms (exact, nearest rank); <= ``kinds`` rows."""
+    # the kinds' text as dictionary codes (millions of deliveries at 2 GB, a few dozen kinds), grouped by code
     d = lake.arrow("deliveries", ["dialect", "method", "direction", "settle_latency_us"],
                    f("settle_latency_us").is_valid() & f("settle_mode").is_valid()
-                   & ~_in("settle_mode", ["auto_ack", "no_confirm"]) & (f("outcome") != "presettled"))
+                   & ~_in("settle_mode", ["auto_ack", "no_confirm"]) & (f("outcome") != "presettled"),
+                   dictionary=("dialect", "method", "direction"))
     r = lake.arrow("request_responses", ["dialect", "request", "latency_us"], f("latency_us").is_valid())
     values: dict[str, list[np.ndarray]] = {}
     for table, parts, col in ((d, ["dialect", "method", "direction"], "settle_latency_us"),
                               (r, ["dialect", "request"], "latency_us")):
         # one row per (parts): dialects x methods x directions, a few dozen
-        g = table.group_by(parts).aggregate([(col, "list")])
+        coded = {p: table.column(p).type == pa.dictionary(pa.int32(), pa.string()) for p in parts}
+        dictionaries = {p: _dictionary(table.column(p)) for p in parts if coded[p]}
+        g = pa.table({**{p: _codes(table.column(p)) if coded[p] else table.column(p) for p in parts},
+                      col: table.column(col)}).group_by(parts).aggregate([(col, "list")])
+        g = _decoded(g, dictionaries)
         lists = g.column(f"{col}_list").combine_chunks()
         offsets, flat = lists.offsets.to_numpy(), lists.values.to_numpy(zero_copy_only=False)
         for i, key in enumerate(g.select(parts).to_pylist()):
@@ -131,12 +143,18 @@ SERIES_KEYS = ["connection_id", "channel", "consumer_tag", "link_handle"]
 def busiest_series(lake: Lake, entity: str, event: str, values: list[str], n: int, points: int) -> pd.DataFrame:
     """data.busiest_series: the ``n`` entities with the most ``event`` events, each as at most ``points`` steps."""
     keys = SERIES_KEYS
+    text = ("connection_id", "consumer_tag")  # read as dictionary codes: millions of rows at 2 GB, a few values
     # every event of the entity kind, read once (a scan decodes every row of the columns it reads whatever the filter
     # keeps: two scans, one for the counts and one for the series, decoded the keys twice)
-    rows = lake.arrow("flow_events", [*keys, "ts", "event", *values], f("entity") == entity)
-    ev = rows.select([*keys, "ts"]).filter(pc.fill_null(pc.equal(rows.column("event"), event), False))
+    rows = lake.arrow("flow_events", [*keys, "ts", "event", *values], f("entity") == entity, dictionary=(*text, "event"))
+    dictionaries = {k: _dictionary(rows.column(k)) for k in text}
+    # the keys as numbers: the text keys' codes in their (one) dictionary
+    coded = pa.table({k: _codes(rows.column(k)) if k in text else rows.column(k) for k in keys})
+    is_event = _where_value(rows.column("event"), lambda d: pc.equal(d, event))
     # one row per entity with such events; the n busiest kept
-    top = nullable(ev.group_by(keys).aggregate([("ts", "count"), ("ts", "min"), ("ts", "max")]))
+    counted = pa.table({**{k: coded.column(k) for k in keys}, "ts": rows.column("ts")}).filter(is_event)
+    counted = counted.group_by(keys).aggregate([("ts", "count"), ("ts", "min"), ("ts", "max")])
+    top = nullable(_decoded(counted, dictionaries))
     top = _sort(top.rename(columns={"ts_count": "events", "ts_min": "t0", "ts_max": "t1"}), ["events", *keys],
                 descending=("events",)).head(n)
     if top.empty:  # the typed empty frame Spark gives
@@ -144,18 +162,11 @@ def busiest_series(lake: Lake, entity: str, event: str, values: list[str], n: in
         empty = pa.schema([*(fields.field(k) for k in keys), pa.field("slot", pa.int64()), fields.field("ts"),
                            *(fields.field(v) for v in values)]).empty_table()
         return as_spark(nullable(empty), timestamps=("ts",))
-    # the n entities' events: their connections' rows first (millions on a large capture's busiest channels: in Arrow
-    # and numpy, not pandas)
-    ids = sorted(set(top.connection_id.dropna()))
-    conn = rows.column("connection_id")
-    near = pc.fill_null(pc.is_in(conn, value_set=pa.array(ids, pa.string())), False)
-    if top.connection_id.isna().any():
-        near = pc.or_(near, pc.is_null(conn))
-    fe = rows.filter(near)
-    del rows
-    owner = _entity_of(fe, top[keys])  # -1: not one of the n
+    # the n entities' events (millions on a large capture's busiest channels: in Arrow and numpy, not pandas)
+    owner = _entity_of(coded, _encoded(top[keys], dictionaries))  # -1: not one of the n
     keep = owner >= 0
-    fe, owner = fe.filter(pa.array(keep)), owner[keep]
+    fe, owner = rows.select(["ts", *values]).filter(pa.array(keep)), owner[keep]
+    del rows, coded
     t0, t1 = top.t0.to_numpy("int64")[owner], top.t1.to_numpy("int64")[owner]
     ts = fe.column("ts").cast(pa.int64()).to_numpy()
     scaled = ((ts - t0) * points).astype("float64") / (np.maximum(t1 - t0, 1) + 1)
@@ -168,6 +179,38 @@ def busiest_series(lake: Lake, entity: str, event: str, values: list[str], n: in
                              "ts": g.column("ts_min"), **{v: g.column(f"{v}_max") for v in values}}))
     out = _sort(out, [*keys, "ts"])
     return as_spark(out, timestamps=("ts",))
+
+
+def _dictionary(column: pa.ChunkedArray) -> pa.Array:
+    """The one dictionary of a column read by ``Lake.arrow(dictionary=...)`` (empty when there are no rows)."""
+    return column.chunk(0).dictionary if column.num_chunks else pa.array([], column.type.value_type)
+
+
+def _codes(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A dictionary column's codes (null where the value is null)."""
+    return pa.chunked_array([c.indices for c in column.chunks], pa.int32())
+
+
+def _where_value(column: pa.ChunkedArray, test) -> pa.Array:
+    """A boolean per row of a dictionary column: ``test`` of its dictionary's values, looked up by code; null -> false."""
+    if not column.num_chunks:
+        return pa.array([], pa.bool_())
+    hit = pc.fill_null(test(_dictionary(column)), False)
+    return pc.fill_null(pc.take(hit, _codes(column)), False).combine_chunks()
+
+
+def _decoded(t: pa.Table, dictionaries: dict) -> pa.Table:
+    """``t`` with its code columns named in ``dictionaries`` back to text."""
+    return pa.table({c: pc.take(dictionaries[c], t.column(c)) if c in dictionaries else t.column(c) for c in t.column_names})
+
+
+def _encoded(df: pd.DataFrame, dictionaries: dict) -> pd.DataFrame:
+    """``df``'s text columns named in ``dictionaries`` as their codes (the values come from those dictionaries)."""
+    out = df.copy()
+    for c, d in dictionaries.items():
+        code = {v: i for i, v in enumerate(d.to_pylist())}
+        out[c] = pd.array([None if pd.isna(v) else code[v] for v in df[c]], pd.Int64Dtype())
+    return out
 
 
 def _entity_of(rows: pa.Table, top: pd.DataFrame) -> np.ndarray:

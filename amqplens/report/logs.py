@@ -20,13 +20,13 @@ def draw_broker_events(ax, conns, events, alarms) -> list[str]:
     """Markers for each plotted connection's log events (``broker_event_rows``), and shaded alarm intervals
     (``alarm_intervals``); the legend words used."""
     used = []
-    for y, c in enumerate(conns.itertuples()):
-        mine = events[events.connection_id == c.connection_id]
-        for event, (marker, colour, words) in MARKS.items():
-            at = mine[mine.event == event].ts
-            if len(at):
-                ax.plot(at, [y] * len(at), linestyle="none", marker=marker, color=colour, markersize=7)
-                used.append(words)
+    y_of = {cid: y for y, cid in enumerate(conns.connection_id)}
+    drawn = events[events.connection_id.isin(list(y_of))] if len(events) else events
+    for event, (marker, colour, words) in MARKS.items():  # one set of markers per kind, every connection's at once
+        mine = drawn[drawn.event == event] if len(drawn) else drawn
+        if len(mine):
+            ax.plot(mine.ts, mine.connection_id.map(y_of), linestyle="none", marker=marker, color=colour, markersize=7)
+            used.append(words)
     lo, hi = conns.start_ts.min(), conns.end_ts.max()
     for resource, start, end in alarms:
         if end is None or end >= lo and start <= hi:

@@ -19,6 +19,7 @@ import json
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from amqplens.report.data import OUTCOME_BAD
@@ -49,6 +50,15 @@ def esc(v) -> str:
 
 def vals(values) -> list:
     """JSON-ready values: timestamps as ``YYYY-MM-DD HH:MM:SS.ffffff`` (UTC, what plotly.js parses), NaN/NaT as null."""
+    dtype = getattr(values, "dtype", None)
+    if isinstance(values, pd.Series) and isinstance(dtype, np.dtype) and dtype.kind in "Mfiub":
+        # a whole column at once (the series and page figures: thousands of points), as the loop below would give
+        if dtype.kind == "M":  # naive datetime64: microseconds, as strftime's %f (truncated, not rounded)
+            text = np.datetime_as_string(values.to_numpy().astype("datetime64[us]"), unit="us").tolist()
+            return [None if t == "NaT" else t.replace("T", " ") for t in text]
+        if dtype.kind == "f":
+            return [None if v != v else v for v in values.tolist()]
+        return values.tolist()
     out: list = []
     for v in values:
         if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v)):
