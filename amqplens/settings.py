@@ -445,8 +445,9 @@ class ReportSettings(_Section):
     max_points: Annotated[int, *Int(10)] = setting(2000, "points per series over time; beyond, each interval keeps its maximum")
     png_processes: Annotated[int, *Int(0)] = setting(
         2, "processes that draw the overview's PNGs (matplotlib) beside the driver's queries and pages: one helper "
-        "process imports matplotlib once and forks these (`amqplens run` starts it at its beginning); 0 draws them on "
-        "the driver's draw thread. A PNG the processes fail to draw is drawn on the driver")
+        "process imports matplotlib once and forks these (`amqplens run` starts it after the ingest, so that its "
+        "imports are done before the report); 0 draws them on the driver. A PNG the processes fail to draw is drawn "
+        "on the driver (docs/performance.md, the report's PNGs in processes of their own)")
     engine: Annotated[str, *Choice("auto", "driver", "spark")] = setting(
         "auto", "where the report's queries run: `driver` (pyarrow reads of the columns each needs, Arrow and pandas: no "
         "Spark job), `spark` (Spark queries: the reference), `auto` = the driver while the rows its reads keep fit "
