@@ -87,12 +87,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 _imports = None  # the thread of _import_in_background, joined by _await_imports
+_stage_modules = None  # set by that thread once it imported the stages' modules (``first``), awaited by _run_stages
+# the stages' own modules (1.5-2 s of imports on the small machine): imported while the JVM starts, not after it
+STAGE_MODULES = ("amqplens.jobs.ingest_captures", "amqplens.jobs.ingest_logs", "amqplens.jobs.lifecycle",
+                 "amqplens.jobs.findings", "amqplens.jobs.metrics", "amqplens.report")
 _program = False  # set by console(): this process is the amqplens command and ends with the run
 
 
-def _import_in_background(*modules: str) -> None:
+def _import_in_background(*modules: str, first: tuple[str, ...] = ()) -> None:
     """Import what a later stage needs in a daemon thread while Spark works on the earlier ones: great-expectations
-    takes 2-3 s of Python, which a small capture's run would otherwise wait for at its validate stage.
+    takes 2-3 s of Python, which a small capture's run would otherwise wait for at its validate stage. ``first``:
+    modules imported before the others, which ``_await_stage_modules`` waits for (the stages' own, while the JVM
+    starts).
 
     The stage that needs them first calls ``_await_imports``: two threads importing the same package at once can
     each meet the other's partially initialised module (seen when validate imported great-expectations while a
@@ -102,9 +108,17 @@ def _import_in_background(*modules: str) -> None:
     import importlib
     import threading
 
-    global _imports
+    global _imports, _stage_modules
+
+    done = threading.Event()
 
     def load():
+        for name in first:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the stage that imports it reports it
+                pass
+        done.set()
         for name in modules:
             try:
                 importlib.import_module(name)
@@ -117,7 +131,17 @@ def _import_in_background(*modules: str) -> None:
             gc.freeze()
 
     _imports = threading.Thread(target=load, name="amqplens-imports", daemon=True)
+    _stage_modules = done
     _imports.start()
+
+
+def _await_stage_modules() -> None:
+    """Wait for the ``first`` modules of ``_import_in_background`` (if it was given any)."""
+    global _stage_modules
+
+    if _stage_modules is not None:
+        _stage_modules.wait()
+        _stage_modules = None
 
 
 def _await_imports() -> None:
@@ -138,6 +162,7 @@ def later_imports(conf) -> list[str]:
 def _run_stages(spark, conf, inputs, run_id, *, only_ingest: bool = False, logs=(), out: str | None = None,
                 report_too: bool = True):
     """Every stage in order; returns the report page (None with only_ingest or without ``report_too``)."""
+    _await_stage_modules()
     from amqplens.jobs import ingest_captures
     from amqplens.jobs import ingest_logs
     from amqplens.jobs import lifecycle
@@ -447,8 +472,12 @@ def dispatch(args) -> int:
     if args.command == "vacuum":  # delta-rs only: no Spark
         _vacuum(conf, args.retention_hours)
         return _after(root, args.command, problems)
-    if args.command in ("run", "demo"):  # while the JVM starts (its own process), Python imports what comes last
-        _import_in_background(*later_imports(conf))
+    if args.command in ("run", "demo"):  # while the JVM starts (its own process), Python imports what comes later
+        # pyspark.sql first, in this thread, which goes on to start the session with it: the stages' modules import
+        # it too, and two threads importing one package's circular modules at once can meet partial modules
+        import pyspark.sql  # noqa: F401
+
+        _import_in_background(*later_imports(conf), first=STAGE_MODULES)
     try:
         spark = start_spark(conf, verbose=args.verbose)
     except JavaMissing as exc:
