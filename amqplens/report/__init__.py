@@ -20,8 +20,10 @@ import datetime as dt
 import html
 import logging
 import pathlib
+import time
 import types
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import pandas as pd
 
@@ -172,19 +174,24 @@ def _figures(conf, q: dict, conns, blocked, errs, events, alarms, out_dir: pathl
              "timeline": []}
     made = [_draw(fig_def, has_data, interactive, static, size, out_dir, painter)
             for fig_def, has_data, interactive, static, size in _when_ready(defs[-1:] + defs[:-1], needs)]
+    deadline = time.monotonic() + PNG_TIMEOUT_S
     for fig_def, job, png_args in made:  # the PNGs the processes were given: drawn here if they failed
         if job is None:
             continue
         try:
-            job.result(timeout=PNG_TIMEOUT_S)
+            job.result(timeout=max(0.0, deadline - time.monotonic()))
         except Exception as e:  # noqa: BLE001 - drawn here instead
+            if isinstance(e, FutureTimeout):  # a stuck helper: ended, so that the PNGs it still holds fail at once
+                painter.kill()
+                e = FutureTimeout(f"no answer within {PNG_TIMEOUT_S} s")
             log.warning("report: the PNG process did not draw %s (%s); drawn on the driver", fig_def.name, e)
             png.draw(*png_args)
     figures = {f.name: f for f, _, _ in made}
     return [figures[d[0].name] for d in defs]
 
 
-# a PNG process's figure takes a second or two; past this it is drawn on the driver
+# a PNG process's figure takes a second or two; the PNGs not drawn by this many seconds after the last was sent
+# are drawn on the driver
 PNG_TIMEOUT_S = 120
 
 

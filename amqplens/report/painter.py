@@ -21,6 +21,7 @@ import functools
 import logging
 import os
 import pickle
+import queue
 import struct
 import subprocess
 import sys
@@ -62,8 +63,13 @@ class Painter:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._proc = subprocess.Popen([sys.executable, "-c", HELPER, str(processes)], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, env=env)
+        # sent by a thread of their own: a helper that stops reading fills the pipe, and a write then blocks (the
+        # report goes on, and ends the helper after its timeout, which ends the write)
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._reader = threading.Thread(target=self._read, name="amqplens-painter", daemon=True)
+        self._writer = threading.Thread(target=self._write, name="amqplens-painter-send", daemon=True)
         self._reader.start()
+        self._writer.start()
 
     def _read(self) -> None:
         while True:
@@ -84,32 +90,46 @@ class Painter:
         for future in left.values():
             future.set_exception(RuntimeError(f"the PNG process ended (exit {self._proc.poll()})"))
 
+    def _write(self) -> None:
+        while (item := self._outbox.get()) is not None:
+            job, args = item
+            try:
+                _send(self._proc.stdin, (job, args))
+            except Exception as e:  # noqa: BLE001 - the helper is gone (broken pipe), or the figure does not pickle
+                with self._lock:
+                    future = self._jobs.pop(job, None)
+                if future is not None:
+                    future.set_exception(RuntimeError(f"not sent to the PNG process: {type(e).__name__}: {e}"))
+        try:
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+        except OSError:
+            pass
+
     def submit(self, *args) -> Future:
         future: Future = Future()
         with self._lock:
             job, self._next = self._next, self._next + 1
             self._jobs[job] = future
-            try:
-                _send(self._proc.stdin, (job, args))
-            except (OSError, ValueError) as e:  # the helper is gone (broken pipe, closed)
-                self._jobs.pop(job)
-                future.set_exception(RuntimeError(f"the PNG process is gone: {e}"))
+        self._outbox.put((job, args))
         return future
 
     def close(self) -> None:
         """No more jobs: the helper ends once those it has are drawn."""
-        with self._lock:
-            try:
-                if self._proc.stdin is not None:
-                    self._proc.stdin.close()
-            except OSError:
-                pass
+        self._outbox.put(None)
 
     def stop(self) -> None:
         """``close``, without waiting for the helper to end (its interpreter's exit takes a few tenths of a second,
         which the report need not wait for): it is reaped by the next ``take`` or at exit (``_reap``)."""
         self.close()
         _ending.append(self)
+
+    def kill(self) -> None:
+        """End the helper now (it did not answer): the jobs it has not answered fail (``_read`` sees the EOF)."""
+        try:
+            self._proc.kill()
+        except OSError:
+            pass
 
     def wait(self, timeout: float) -> bool:
         """Whether the helper ended within ``timeout`` seconds (killed if not)."""
@@ -122,6 +142,7 @@ class Painter:
             return False
         finally:
             self._reader.join(timeout=5)
+            self._writer.join(timeout=5)
 
 
 _prestarted: Painter | None = None

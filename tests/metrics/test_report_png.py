@@ -1,8 +1,8 @@
 """The overview's PNGs drawn in processes of their own (``report.png_processes``, amqplens/report/painter.py) against
 the same PNGs drawn on the driver's thread (``report.png_processes=0``, the reference): the same bytes, the same pages.
-Bad input tried: a PNG process killed before the report (every PNG drawn on the driver instead, with a warning), a
-figure the processes cannot draw (an unknown kind: the error comes back, the driver draws it), a report of a lake
-with no connections (nothing to draw: the processes draw the "no ..." PNGs)."""
+Bad input tried: a PNG process killed before the report (every PNG drawn on the driver instead, with a warning); one
+stopped (SIGSTOP: no answer; ended after the timeout, the driver draws every PNG); a figure the process cannot draw
+(an unknown kind: the error comes back, and the process draws the next figure, an empty frame's "no deliveries")."""
 
 from __future__ import annotations
 
@@ -53,6 +53,23 @@ def test_a_dead_png_process_leaves_the_pngs_to_the_driver(spark, metrics_lake, t
         _, pngs = _report(spark, conf, tmp_path / "killed", 2)
     assert pngs == reference
     assert caplog.text.count("did not draw") == len(FIGURES) and "drawn on the driver" in caplog.text
+
+
+def test_a_stuck_png_process_is_ended_and_the_driver_draws(spark, metrics_lake, tmp_path, caplog, monkeypatch):
+    from amqplens import report
+
+    conf, _, _ = metrics_lake
+    _, reference = _report(spark, conf, tmp_path / "driver", 0)
+    painters.prestart(2)
+    helper = painters._prestarted
+    assert helper is not None
+    os.kill(helper._proc.pid, signal.SIGSTOP)  # alive, answering nothing
+    monkeypatch.setattr(report, "PNG_TIMEOUT_S", 3)
+    with caplog.at_level(logging.WARNING, logger="amqplens.report"):
+        _, pngs = _report(spark, conf, tmp_path / "stuck", 2)
+    assert pngs == reference
+    assert "no answer within 3 s" in caplog.text and caplog.text.count("did not draw") == len(FIGURES)
+    assert helper.wait(30) and helper._proc.returncode == -signal.SIGKILL  # ended, not left behind
 
 
 def test_a_figure_the_process_fails_on_comes_back_as_an_error(tmp_path):
