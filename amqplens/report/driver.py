@@ -115,9 +115,8 @@ def latency_stats(lake: Lake, kinds: int = 25) -> pd.DataFrame:
     for table, parts, col in ((d, ["dialect", "method", "direction"], "settle_latency_us"),
                               (r, ["dialect", "request"], "latency_us")):
         # one row per (parts): dialects x methods x directions, a few dozen
-        coded = {p: table.column(p).type == pa.dictionary(pa.int32(), pa.string()) for p in parts}
-        dictionaries = {p: _dictionary(table.column(p)) for p in parts if coded[p]}
-        g = pa.table({**{p: _codes(table.column(p)) if coded[p] else table.column(p) for p in parts},
+        dictionaries = {p: _dictionary(table.column(p)) for p in parts if pa.types.is_dictionary(table.column(p).type)}
+        g = pa.table({**{p: _codes(table.column(p)) if p in dictionaries else table.column(p) for p in parts},
                       col: table.column(col)}).group_by(parts).aggregate([(col, "list")])
         g = _decoded(g, dictionaries)
         lists = g.column(f"{col}_list").combine_chunks()

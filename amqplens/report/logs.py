@@ -21,9 +21,9 @@ def draw_broker_events(ax, conns, events, alarms) -> list[str]:
     (``alarm_intervals``); the legend words used."""
     used = []
     y_of = {cid: y for y, cid in enumerate(conns.connection_id)}
-    drawn = events[events.connection_id.isin(list(y_of))] if len(events) else events
+    drawn = events[events.connection_id.isin(list(y_of))]
     for event, (marker, colour, words) in MARKS.items():  # one set of markers per kind, every connection's at once
-        mine = drawn[drawn.event == event] if len(drawn) else drawn
+        mine = drawn[drawn.event == event]
         if len(mine):
             ax.plot(mine.ts, mine.connection_id.map(y_of), linestyle="none", marker=marker, color=colour, markersize=7)
             used.append(words)

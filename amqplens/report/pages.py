@@ -29,16 +29,16 @@ def _row_key(r) -> str:
 
 def timeline(conn, frames: pd.DataFrame, flows: pd.DataFrame, blocked: pd.DataFrame, errs: pd.DataFrame) -> dict:
     """Rows: the connection, then each channel/session and link in order of first appearance."""
-    rows = list(frames.itertuples())  # once: a page's frames are read row by row four times below
-    row_keys = [_row_key(r) for r in rows]
+    frame_rows = list(frames.itertuples())  # once: a page's frames are read row by row four times below
+    row_keys = [_row_key(r) for r in frame_rows]
     keys = ["connection"] + [k for k in dict.fromkeys(row_keys) if k != "connection"]
     names: dict[str, str] = {}
-    for r, k in zip(rows, row_keys):
+    for r, k in zip(frame_rows, row_keys):
         if r.performative == "attach" and isinstance(r.link_name, str):
             names.setdefault(k, f"{k}: link {r.link_name}")
     y_of = {k: i for i, k in enumerate(keys)}
     spans = [(conn.start_ts, conn.end_ts, 0, esc(f"connection ({conn.end_reason})"))]
-    for k, g in frames.groupby(row_keys) if rows else []:
+    for k, g in frames.groupby(row_keys) if frame_rows else []:
         if k != "connection":
             end = conn.end_ts if frame_what(next(g.tail(1).itertuples())).split(".")[-1] in OPENERS else g.ts.max()
             spans.append((g.ts.min(), end, y_of[k], esc(names.get(k, k))))
@@ -56,7 +56,7 @@ def timeline(conn, frames: pd.DataFrame, flows: pd.DataFrame, blocked: pd.DataFr
     if len(frames):
         traces.append(dict(type="scatter", mode="markers", x=vals(frames.ts), y=[y_of[k] for k in row_keys],
                            marker=dict(size=9, color="#444", symbol="line-ns-open"), name="frames",
-                           text=[esc(f"{frame_what(r)} ({r.direction}, ch {r.channel})") for r in rows],
+                           text=[esc(f"{frame_what(r)} ({r.direction}, ch {r.channel})") for r in frame_rows],
                            hovertemplate="%{x}<br>%{text}<extra></extra>"))
     if len(errs):
         rows = [y_of.get(f"ch {int(r.channel)}" if not pd.isna(r.channel) and r.class_name != "connection" else "connection", 0)

@@ -55,7 +55,6 @@ class Painter:
     """The driver's side: ``submit(png.draw's arguments)`` -> a Future of None (drawn) or of an exception."""
 
     def __init__(self, processes: int):
-        self.processes = processes
         self._lock = threading.Lock()
         self._jobs: dict[int, Future] = {}
         self._next = 0
