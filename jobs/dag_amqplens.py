@@ -139,8 +139,10 @@ with DAG(
             application=job_application(job),
             py_files=os.environ.get("AMQPLENS_PY_FILES", str(_HERE.parent / "dist" / "amqplens-py-files.zip")),
             application_args=job_arguments(job),
-            # a static setting, so given at submit time (amqplens/session.py says why it is off)
-            conf={"spark.python.sql.dataFrameDebugging.enabled": "false"},
+            # static settings, so given at submit time (amqplens/session.py says why: the debugging is off, the
+            # Python workers' Arrow buffers come from jemalloc)
+            conf={"spark.python.sql.dataFrameDebugging.enabled": "false",
+                  "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "jemalloc"},
         )
         for job in JOB_CHAIN
     ], PythonOperator(task_id=CHECK_TASK, python_callable=fail_if_captures_failed, retries=0))

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from amqplens.decode.capture import read_split
-from amqplens.decode.common.arrow import to_struct_array, use_system_memory_pool  # noqa: F401  (the batch functions' names)
+from amqplens.decode.common.arrow import to_struct_array, use_task_memory_pool  # noqa: F401  (the batch functions' names)
 from amqplens.decode.common.rows import STAGE_FRAME
 from amqplens.decode.common.reports import ConnectionsClosed
 from amqplens.decode.codecs import DecodeOptions, DecodingConsumer
@@ -173,7 +173,7 @@ def capture_error_to_json(err: CaptureErrorRecord, max_error_bytes: int) -> str:
 
 
 def read_splits(batches: Iterable[pa.RecordBatch], options: Options = Options()) -> Iterator[pa.RecordBatch]:
-    use_system_memory_pool()
+    use_task_memory_pool()
     for batch in batches:
         for split in batch.to_pylist():
             reader = read_split(
@@ -375,7 +375,7 @@ class _FlowDecoder:
 
 def decode_flows(batches: Iterable[pa.RecordBatch], options: Options = Options()) -> Iterator[pa.RecordBatch]:
     """Reassemble TCP per flow, decode AMQP, emit connections, frames, errors and the capture rows passed through."""
-    use_system_memory_pool()
+    use_task_memory_pool()
     decoders: dict[str, _FlowDecoder] = {}
     schema = options.flows_schema
 

@@ -225,15 +225,19 @@ def direct_task(plans, root: str, read: list[str], fields: list[pa.Field], fn, s
 
     import pyarrow.compute as pc
 
+    from amqplens.decode.common.arrow import use_task_memory_pool
+    from amqplens.lifecycle.fold import Handed
+
+    use_task_memory_pool()  # before the reads, whose dropped rows the pool hands back
     store = TableStore(None, root)
     for batch in plans:
         for text in batch.column("plan").to_pylist():
             plan = json.loads(text)
             data = _row_groups(store, plan["files"])
             wanted = pc.field("connection_id").isin(pa.array(plan["connections"], pa.string()))
-            frames = read_sorted(data, read, wanted)
+            # handed on: the lifecycle lets the frames go as it copies the rows it keeps (fold.Handed)
+            frames = Handed(read_sorted(data, read, wanted))
             yield from stage_lifecycle(None, lambda _, frames=frames: fn(frames, fields), staged)
-            del frames
 
 
 def _row_groups(store: TableStore, groups: dict[str, list[int]]):
@@ -272,8 +276,9 @@ def read_sorted(data, columns: list[str], where) -> pa.Table:
     return pa.Table.from_arrays(out, schema=schema)
 
 
-def _direct_machines(frames: pa.Table, fields: list[pa.Field], **kwargs):
-    """``lifecycle_batches`` over a direct task's sorted frames (``lifecycle.compiled`` off)."""
+def _direct_machines(frames, fields: list[pa.Field], **kwargs):
+    """``lifecycle_batches`` over a direct task's sorted frames (``fold.Handed``; ``lifecycle.compiled`` off)."""
+    frames = frames.take()
     return _refilled(iter(frames.to_batches(max_chunksize=kwargs["batch_rows"])), lifecycle_batches, fields, **kwargs)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 
 from amqplens.lifecycle.runner import LifecycleOptions, LifecycleRunner
-from amqplens.decode.common.arrow import to_struct_array, use_system_memory_pool
+from amqplens.decode.common.arrow import to_struct_array, use_task_memory_pool
 
 KINDS = ("delivery", "flow_event", "request_response")
 # frame columns the machines read; the others are not converted to Python
@@ -150,7 +150,7 @@ def lifecycle_batches(
     options: LifecycleOptions = LifecycleOptions(),
     batch_rows: int = 8192,
 ) -> Iterator[pa.RecordBatch]:
-    use_system_memory_pool()
+    use_task_memory_pool()
     out = LifecycleBatcher(delivery_struct, flow_event_struct, request_response_struct, options, batch_rows)
     for batch in batches:
         yield from out.feed(batch)

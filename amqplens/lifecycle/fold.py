@@ -41,9 +41,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from amqplens.decode.common.arrow import trim_heap
 from amqplens.decode.detect import FAMILY_0_9_1
 from amqplens.lifecycle.runner import REFERS_BACK
 
+TRIM_ROWS = 1 << 20  # a table of this many rows or more: the plan's freed pages handed back before the copy (below)
 FOLD_COLUMNS = ("fold_frame_ids", "fold_properties_json", "fold_body_size", "fold_body_sha256")
 _NEEDED = ("connection_id", "direction", "stream_offset", "ts", "dialect", "frame_type", "channel", "class_name",
            "method_name", "message_seq", "body_sha256")
@@ -51,6 +53,22 @@ _MESSAGE_METHODS = ("publish", "deliver", "get-ok")
 
 
 _kernels = None
+
+
+class Handed:
+    """A table handed on to a function that is to hold the only reference to it: ``fold`` lets its columns go one
+    at a time as it copies the rows it keeps, so the frames are not held twice (the source and the folded copy: the
+    lifecycle task of the 2 GB load capture's 3.4M-frame connection)."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, table) -> None:
+        self.table = table
+
+    def take(self):
+        table, self.table = self.table, None
+        assert table is not None, "a handed table is taken once"
+        return table
 
 
 def kernels():
@@ -105,12 +123,15 @@ def _frame_ids(table: pa.Table) -> pa.ChunkedArray:
                                        pc.cast(table.column("stream_offset"), pa.string()), "-")
 
 
-def fold(source: pa.Table, window: int, order: pa.Array | None = None) -> pa.Table:
+def fold(source: pa.Table | Handed, window: int, order: pa.Array | None = None) -> pa.Table:
     """``source``: frames-table columns of whole connections, sorted by (connection_id, ts, stream_offset,
     direction) or put in that order by ``order`` (indices); ``window``: the runner's reorder window. The rows in
     that order less the folded content frames and heartbeats, with ``FOLD_COLUMNS`` (null on every row but a folded
     message's method). With ``order`` only the columns folding reads are put in order first, and the rows kept are
-    taken from ``source`` once: no sorted copy of every column of every row."""
+    taken from ``source`` once: no sorted copy of every column of every row. A ``Handed`` source's columns are let
+    go one at a time as the rows kept are copied (the caller holds no other reference)."""
+    if isinstance(source, Handed):
+        source = source.take()
     k = kernels()
     if source.num_rows == 0 or k is None or any(c not in source.column_names for c in _NEEDED):
         return source if order is None else source.take(order)
@@ -119,6 +140,24 @@ def fold(source: pa.Table, window: int, order: pa.Array | None = None) -> pa.Tab
         table, order = source.select(read), pa.array(np.arange(source.num_rows))
     else:
         table = source.select(read).take(order)
+    # the plan's dozens of per-row arrays are gone before the rows kept are copied (a frame's worth of them each)
+    plan = _plan(table, window, k)
+    if plan is None:  # nothing to fold
+        return source.take(order)
+    if table.num_rows >= TRIM_ROWS:  # ... and their pages handed back (numpy's, from the C library's heap)
+        trim_heap()
+    ids = _frame_ids(table)
+    n = table.num_rows
+    del table
+    # from here on only ``source`` holds the frames: _with_fold_columns lets its columns go as it copies them
+    handed = Handed(source)
+    del source
+    return _with_fold_columns(handed, order.to_numpy(zero_copy_only=False), ids, n, *plan)
+
+
+def _plan(table: pa.Table, window: int, k) -> tuple | None:
+    """What ``fold`` drops and folds (``table``: the columns it reads, in order), as ``_with_fold_columns``' arrays
+    (drop, method rows, end rows, stream, pos, folded); None when nothing is dropped."""
     n = table.num_rows
     ts_col = table.column("ts")
     ts = (ts_col.cast(pa.int64()) if not pa.types.is_integer(ts_col.type) else ts_col)
@@ -196,7 +235,7 @@ def fold(source: pa.Table, window: int, order: pa.Array | None = None) -> pa.Tab
     drop |= is_heartbeat & ok
     drop[conn_starts] = False
     if not drop.any():
-        return source.take(order)
+        return None
     # the runner's order of the rows kept must not change (it can, where more rows share a time than its window)
     method = table.column("method_name")
     rank = (column_in(table, "method_name", sorted(REFERS_BACK)) | (
@@ -211,15 +250,16 @@ def fold(source: pa.Table, window: int, order: pa.Array | None = None) -> pa.Tab
         keep = ~changed[stream[methods]]
         methods, ends = methods[keep], ends[keep]
         if not drop.any():
-            return source.take(order)
-    return _with_fold_columns(source, order.to_numpy(zero_copy_only=False), table, drop, stream[methods], stream[ends],
-                              stream, pos, folded)
+            return None
+    return drop, stream[methods], stream[ends], stream, pos, folded
 
 
-def _with_fold_columns(source: pa.Table, order: np.ndarray, table: pa.Table, drop: np.ndarray, method_rows: np.ndarray,
-                       end_rows: np.ndarray, stream: np.ndarray, pos: np.ndarray, folded: np.ndarray) -> pa.Table:
-    """``table``: the columns folding read, in order (``source`` rows ``order``); rows are places in that order."""
-    n = table.num_rows
+def _with_fold_columns(handed: Handed, order: np.ndarray, frame_ids: pa.ChunkedArray, n: int, drop: np.ndarray,
+                       method_rows: np.ndarray, end_rows: np.ndarray, stream: np.ndarray, pos: np.ndarray,
+                       folded: np.ndarray) -> pa.Table:
+    """``frame_ids``: the frame ids of the ``n`` rows in order (``source`` rows ``order``); rows are places in that
+    order. The rows kept are copied a column at a time, each source column let go once copied."""
+    source = handed.take()
     kept = np.flatnonzero(~drop)
     out_place = np.full(n, -1, np.int64)
     out_place[kept] = np.arange(len(kept))
@@ -238,21 +278,30 @@ def _with_fold_columns(source: pa.Table, order: np.ndarray, table: pa.Table, dro
     has = np.zeros(len(kept), bool)
     has[out_place[method_rows]] = True
     mask = pa.array(~has)
-    ids = _frame_ids(table).take(pa.array(frames)).combine_chunks()
+    ids = frame_ids.take(pa.array(frames)).combine_chunks()
+    del frame_ids
     fold_ids = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), ids, mask=mask)  # a batch: < 2**31 rows
     header_of = np.zeros(len(kept), np.int64)
     header_of[out_place[method_rows]] = stream[pos[method_rows] + 1]
     end_of = np.zeros(len(kept), np.int64)
     end_of[out_place[method_rows]] = end_rows
 
-    def taken(name: str, rows: np.ndarray, type_: pa.DataType) -> pa.Array:
-        if name not in source.column_names:
+    def taken(table: pa.Table, name: str, rows: np.ndarray, type_: pa.DataType) -> pa.Array:
+        if name not in table.column_names:
             return pa.nulls(len(kept), type_)
-        values = source.column(name).take(pa.array(order[rows])).combine_chunks()
+        values = table.column(name).take(pa.array(order[rows])).combine_chunks()
         return pc.if_else(pa.array(has), values, pa.scalar(None, values.type))
 
-    out = source.take(pa.array(order[kept]))
-    out = out.append_column("fold_frame_ids", fold_ids)
-    out = out.append_column("fold_properties_json", taken("properties_json", header_of, pa.string()))
-    out = out.append_column("fold_body_size", taken("body_size", header_of, pa.int64()))
-    return out.append_column("fold_body_sha256", taken("body_sha256", end_of, pa.string()))
+    added = {"fold_frame_ids": fold_ids,
+             "fold_properties_json": taken(source, "properties_json", header_of, pa.string()),
+             "fold_body_size": taken(source, "body_size", header_of, pa.int64()),
+             "fold_body_sha256": taken(source, "body_sha256", end_of, pa.string())}
+    schema, columns = source.schema, source.columns
+    del source
+    rows = pa.array(order[kept])
+    for i in range(len(columns)):
+        columns[i] = columns[i].take(rows)  # the source column goes as its copy replaces it
+    out = pa.Table.from_arrays(columns, schema=schema)
+    for name, column in added.items():
+        out = out.append_column(name, column)
+    return out

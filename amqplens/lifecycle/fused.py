@@ -40,9 +40,9 @@ import pyarrow.compute as pc
 
 from amqplens.lifecycle.batches import FRAME_COLUMNS, LifecycleBatcher
 from amqplens.lifecycle import array091
-from amqplens.lifecycle.fold import FOLD_COLUMNS, fold
+from amqplens.lifecycle.fold import FOLD_COLUMNS, Handed, fold
 from amqplens.lifecycle.runner import LifecycleOptions
-from amqplens.decode.common.arrow import use_system_memory_pool
+from amqplens.decode.common.arrow import use_task_memory_pool
 from amqplens.decode.common.reports import ConnectionsClosed
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class ConnectionLifecycle:
                  request_response_struct: pa.StructType, options: LifecycleOptions = LifecycleOptions(),
                  batch_rows: int = 8192, max_held_rows: int | None = None, fold_content: bool = True,
                  arrays: bool = True, max_connection_rows: int | None = None, strict: bool = False) -> None:
-        use_system_memory_pool()
+        use_task_memory_pool()
         # the lifecycle job (``sorted_frames``): a connection of more frames goes to the machines as it comes, not held
         self.max_connection_rows = max_connection_rows
         self.current: str | None = None  # the connection sorted_frames took last
@@ -143,21 +143,27 @@ class ConnectionLifecycle:
         else:
             self._ready(cid)
 
-    def sorted_table(self, frames: pa.Table, fields: list[pa.Field]) -> Iterator[pa.RecordBatch]:
+    def sorted_table(self, frames: pa.Table | Handed, fields: list[pa.Field]) -> Iterator[pa.RecordBatch]:
         """Whole connections at once, sorted by connection_id then ``SORT_KEYS`` (the lifecycle job's direct tasks):
         done in groups of about ``batch_rows`` frames, each a slice of ``frames`` (no copy, nothing held twice);
-        ``fields``: the frame columns ``frames`` lacks because no row fills them. Then ``finish``."""
+        ``fields``: the frame columns ``frames`` lacks because no row fills them. Then ``finish``. Handed
+        frames are let go a group at a time (a group's columns as the folding copies them: see ``fold``)."""
+        if isinstance(frames, Handed):
+            frames = frames.take()
         self.types = {f.name: f.type for f in frames.schema if f.name in READ_COLUMNS}
         self.types.update((f.name, f.type) for f in fields if f.name not in self.types)
         n = frames.num_rows
-        if n:
-            start = 0
-            for end in _run_starts(frames.column("connection_id"))[1:] + [n]:
-                if end - start >= self.batch_rows or end == n:
-                    group = frames.slice(start, end - start)
-                    captures = pc.unique(group.column("capture_id")).to_pylist()
-                    yield from self._group(group, captures, self._columns())
-                    start = end
+        groups = []
+        start = 0
+        for end in (_run_starts(frames.column("connection_id"))[1:] + [n]) if n else []:
+            if end - start >= self.batch_rows or end == n:
+                groups.append(frames.slice(start, end - start))
+                start = end
+        del frames  # the slices hold it (a slice of a table of many chunks only its own chunks)
+        for k in range(len(groups)):
+            group, groups[k] = Handed(groups[k]), None
+            captures = pc.unique(group.table.column("capture_id")).to_pylist()
+            yield from self._group(group, captures, self._columns())
         yield from self.out.finish()
 
     def finish(self) -> Iterator[pa.RecordBatch]:
@@ -257,12 +263,14 @@ class ConnectionLifecycle:
                 captures = sorted({capture_of[c] for c in group})
                 group, rows = [], 0
                 if parts:
-                    yield from self._group(parts, captures, columns)
+                    handed, parts = Handed(parts), []  # the group's frames are _group's to let go
+                    yield from self._group(handed, captures, columns)
 
-    def _group(self, parts: list[pa.RecordBatch] | pa.Table, captures: list[str],
-               columns: list[str]) -> Iterator[pa.RecordBatch]:
-        """``parts``: the group's frames as held, or a table already sorted (``sorted_table``)."""
+    def _group(self, handed: Handed, captures: list[str], columns: list[str]) -> Iterator[pa.RecordBatch]:
+        """``handed``: the group's frames as held (a list of batches), or a table already sorted (``sorted_table``),
+        this function's alone: the folding lets them go as it copies the rows it keeps."""
         try:
+            parts = handed.take()
             if isinstance(parts, pa.Table):
                 frames, order = parts, None
             else:
@@ -270,7 +278,8 @@ class ConnectionLifecycle:
                 order = pc.sort_indices(frames, options=_SORT)
             del parts
             if self.fold_content:  # sorted and folded in one copy of the rows kept
-                frames = fold(frames, self.out.options.reorder_window, order)
+                source, frames = Handed(frames), None
+                frames = fold(source, self.out.options.reorder_window, order)
                 columns = columns + [c for c in FOLD_COLUMNS if c in frames.column_names]
                 if self.arrays:
                     done = array091.lifecycle(frames, self.out.options.reorder_window,
@@ -317,7 +326,7 @@ def sorted_lifecycle(batches: Iterator[pa.RecordBatch], delivery_struct: pa.Stru
     yield from life.finish()
 
 
-def sorted_table_lifecycle(frames: pa.Table, fields: list[pa.Field], delivery_struct: pa.StructType,
+def sorted_table_lifecycle(frames: pa.Table | Handed, fields: list[pa.Field], delivery_struct: pa.StructType,
                            flow_event_struct: pa.StructType, request_response_struct: pa.StructType,
                            options: LifecycleOptions = LifecycleOptions(), batch_rows: int = 8192) -> Iterator[pa.RecordBatch]:
     """``ConnectionLifecycle.sorted_table`` (the lifecycle job's direct tasks): the same rows as ``lifecycle_batches``.

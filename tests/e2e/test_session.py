@@ -61,3 +61,32 @@ def test_a_jvm_given_an_archive_that_is_not_one_still_runs(tmp_path):
     strict = subprocess.run([jvm_archive._java(), f"-XX:SharedArchiveFile={bad}", "-Xshare:on", "-version"],
                             capture_output=True, text=True)
     assert strict.returncode != 0  # the same file does not map: the fallback above is what kept the JVM alive
+
+
+def test_the_python_workers_arrow_buffers_come_from_jemalloc(spark):
+    """The session hands its Python workers ``ARROW_DEFAULT_MEMORY_POOL`` (amqplens/session.py), which Arrow's C++
+    default pool (the Parquet reads of the tasks) follows: the worker reports both."""
+    from amqplens.session import worker_arrow_pool
+
+    wanted = worker_arrow_pool()
+    if wanted is None:
+        pytest.skip("this pyarrow has no jemalloc, or the operator chose a pool (ARROW_DEFAULT_MEMORY_POOL)")
+
+    def report(batches):
+        import os
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        for _ in batches:
+            sink = pa.BufferOutputStream()
+            pq.write_table(pa.table({"x": [1]}), sink)
+            before = pa.jemalloc_memory_pool().bytes_allocated()
+            read = pq.read_table(pa.BufferReader(sink.getvalue()), use_threads=False)  # C++'s default pool
+            grew = pa.jemalloc_memory_pool().bytes_allocated() > before
+            del read
+            yield pa.record_batch([pa.array([os.environ.get("ARROW_DEFAULT_MEMORY_POOL")]), pa.array([grew])],
+                                  names=["env", "grew"])
+
+    rows = spark.range(1).mapInArrow(report, "env string, grew boolean").collect()
+    assert [(r.env, r.grew) for r in rows] == [(wanted, True)]

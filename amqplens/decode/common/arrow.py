@@ -15,9 +15,53 @@ def use_system_memory_pool() -> None:
     Python rows, took 10-15% more CPU (decode and lifecycle alike) than with the system or jemalloc
     pool on the benchmark capture. The pool changes no value; buffers keep the pool they came from.
     """
-    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or pa.default_memory_pool().backend_name == "system":
+    _use_pool(pa.system_memory_pool)
+
+
+def use_task_memory_pool() -> None:
+    """Arrow buffers of a decode or lifecycle task from jemalloc where this pyarrow has it (else the C library's
+    allocator), unless ``ARROW_DEFAULT_MEMORY_POOL`` chose one.
+
+    A task allocates and frees its batches' buffers all the time (a read of row groups whose other connections'
+    rows the filter drops, the sort's and the folding's copies, the Parquet writers' groups): glibc's heap kept
+    the high-water mark of those as the worker's RSS, where jemalloc hands freed pages back within a second. On
+    the 300 MB load capture (two alternated pairs each): the lifecycle job 16.1-16.5 -> 15.4-15.7 s and its
+    largest worker 1,098-1,327 -> 925-930 MiB; the ingest 30.8-31.6 -> 29.2-29.4 s, 1,253-1,258 -> 1,203-1,206 MiB.
+    """
+    try:
+        _use_pool(pa.jemalloc_memory_pool)
+    except NotImplementedError:  # a pyarrow built without jemalloc
+        _use_pool(pa.system_memory_pool)
+
+
+def trim_heap() -> None:
+    """Hand the C library heap's free pages back to the system (glibc's ``malloc_trim``; nothing where there is none).
+
+    numpy's arrays come from that heap, whose free pages glibc keeps as the process's RSS once its threshold for
+    mapping large blocks alone has grown: the folding plan's arrays of the 2 GB load capture's 3.4M-frame connection
+    kept 460 MiB after they were freed (``fold``: the lifecycle's peak 3,764 -> 3,429 MiB with this call after the
+    plan). ``pa.system_memory_pool().release_unused()`` does not trim here. Milliseconds: for large steps only."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        import ctypes
+
+        try:
+            _malloc_trim = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):  # not glibc
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim: typing.Any = None  # the function once looked up; False where there is none
+
+
+def _use_pool(make) -> None:
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
         return
-    pa.set_memory_pool(pa.system_memory_pool())
+    pool = make()
+    if pa.default_memory_pool().backend_name != pool.backend_name:
+        pa.set_memory_pool(pool)
 
 
 def to_struct_array(rows: list[dict], typ: pa.StructType) -> pa.Array:
