@@ -22,11 +22,11 @@ def use_task_memory_pool() -> None:
     """Arrow buffers of a decode or lifecycle task from jemalloc where this pyarrow has it (else the C library's
     allocator), unless ``ARROW_DEFAULT_MEMORY_POOL`` chose one.
 
-    A task allocates and frees its batches' buffers all the time (a read of row groups whose other connections'
-    rows the filter drops, the sort's and the folding's copies, the Parquet writers' groups): glibc's heap kept
-    the high-water mark of those as the worker's RSS, where jemalloc hands freed pages back within a second. On
-    the 300 MB load capture (two alternated pairs each): the lifecycle job 16.1-16.5 -> 15.4-15.7 s and its
-    largest worker 1,098-1,327 -> 925-930 MiB; the ingest 30.8-31.6 -> 29.2-29.4 s, 1,253-1,258 -> 1,203-1,206 MiB.
+    A task allocates and frees its batches' buffers all the time (the sort's and the folding's copies, the Parquet
+    writers' groups): the other pools kept the high-water mark of those as the worker's RSS, where jemalloc hands
+    freed pages back at once (pyarrow's decay 0). The C++ calls (Parquet reads) take Arrow's own default pool,
+    which the session sets for its workers (``session.WORKER_ARROW_POOL``); docs/performance.md, "The lifecycle
+    task's memory", has the figures of both.
     """
     try:
         _use_pool(pa.jemalloc_memory_pool)
