@@ -287,10 +287,10 @@ def _with_fold_columns(handed: Handed, order: np.ndarray, frame_ids: pa.ChunkedA
     end_of[out_place[method_rows]] = end_rows
 
     def taken(table: pa.Table, name: str, rows: np.ndarray, type_: pa.DataType) -> pa.Array:
+        """``name`` of ``rows`` on the folded methods' rows, null on the others (a null index takes a null)."""
         if name not in table.column_names:
             return pa.nulls(len(kept), type_)
-        values = table.column(name).take(pa.array(order[rows])).combine_chunks()
-        return pc.if_else(pa.array(has), values, pa.scalar(None, values.type))
+        return table.column(name).take(pa.array(order[rows], mask=~has)).combine_chunks()
 
     added = {"fold_frame_ids": fold_ids,
              "fold_properties_json": taken(source, "properties_json", header_of, pa.string()),
