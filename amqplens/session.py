@@ -126,15 +126,11 @@ WORKER_ARROW_POOL = "jemalloc"
 def worker_arrow_pool() -> str | None:
     """The ``ARROW_DEFAULT_MEMORY_POOL`` the embedded session gives its Python workers: the operator's own if this
     process has one, else ``WORKER_ARROW_POOL`` where this pyarrow has it, else None (Arrow's default)."""
-    import pyarrow as pa
+    from amqplens.decode.common.arrow import has_jemalloc
 
     if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
         return None  # inherited by the JVM and its workers as it is
-    try:
-        pa.jemalloc_memory_pool()
-    except NotImplementedError:
-        return None
-    return WORKER_ARROW_POOL
+    return WORKER_ARROW_POOL if has_jemalloc() else None
 
 
 def get_spark(conf: Config):

@@ -84,15 +84,14 @@ def test_a_handed_table_is_let_go_as_the_rows_kept_are_copied():
             pa.set_memory_pool(pool)
             if how == "kept":
                 outs[how] = fold(source, 64)
+                del source
             else:
                 handed = Handed(source)
                 del source
                 outs[how] = fold(handed, 64)
                 assert handed.table is None
-                source = None
             pa.set_memory_pool(before)
             peaks[how] = pool.max_memory() - start
-            del source
         assert outs["handed"].equals(outs["kept"])
         out = outs["kept"].get_total_buffer_size()
         assert outs["kept"].num_rows < table.num_rows  # something folded

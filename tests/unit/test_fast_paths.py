@@ -65,11 +65,9 @@ def test_batch_functions_switch_to_the_task_pool_unless_one_was_chosen(monkeypat
     from amqplens.decode import pipeline
     from amqplens.lifecycle import batches
 
-    try:
-        pa.jemalloc_memory_pool()
-        task_pool = "jemalloc"
-    except NotImplementedError:
-        task_pool = "system"
+    from amqplens.decode.common.arrow import has_jemalloc
+
+    task_pool = "jemalloc" if has_jemalloc() else "system"
     before = pa.default_memory_pool()
     try:
         pa.set_memory_pool(pa.mimalloc_memory_pool())

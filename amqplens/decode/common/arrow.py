@@ -28,10 +28,16 @@ def use_task_memory_pool() -> None:
     which the session sets for its workers (``session.WORKER_ARROW_POOL``); docs/performance.md, "The lifecycle
     task's memory", has the figures of both.
     """
+    _use_pool(pa.jemalloc_memory_pool if has_jemalloc() else pa.system_memory_pool)
+
+
+def has_jemalloc() -> bool:
+    """Whether this pyarrow was built with jemalloc."""
     try:
-        _use_pool(pa.jemalloc_memory_pool)
-    except NotImplementedError:  # a pyarrow built without jemalloc
-        _use_pool(pa.system_memory_pool)
+        pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        return False
+    return True
 
 
 def trim_heap() -> None:
