@@ -15,7 +15,9 @@ fed (``Held``) until a drain, a gap, the close or ``MAX_BYTES``, then ``catch_up
   errors back in the reference's order: a frame is decoded when the segment that completes it is fed, so its place
   is that segment's place among the held ones, then its offset; every frame completed before the barrier is one
   the walk knows and that reads nothing the other direction changes;
-- feeds the segments from the barrier on one by one, exactly as they came (the connection's close, damage).
+- feeds the segments from the barrier on one by one, exactly as they came (the connection's close, damage). A
+  short connection is held whole, its handshake included, so all of it goes this way: decoding the rest ahead
+  after each handshake frame (rounds of barriers) was measured slower, see docs/performance.md.
 
 The rows are the reference's, in its order (``tests/v0_9_1/test_hotpath.py``, ``tests/v0_9_1/test_ahead.py``).
 """
@@ -52,17 +54,28 @@ def steady(dec) -> bool:
 
 def catch_up(dec, held: Held) -> None:
     """Decode what ``held`` holds (see the module's text) and empty it."""
-    from amqplens.decode.v0_9_1.hot_kernel import M_STOP_CLASS, window_ok
-
     segments = held.segments
     held.segments, held.bytes = [], 0
     if not segments:
         return
+    barrier = _ahead(dec, held, segments)
+    if not barrier:  # not contiguous, or a frame not to decode ahead from the first segment on
+        return _one_by_one(dec, held, segments)
+    if barrier < len(segments):
+        _one_by_one(dec, held, segments[barrier:])
+
+
+def _ahead(dec, held: Held, segments: list) -> int | None:
+    """Decode the segments before the barrier ahead; the barrier (``len(segments)``: none), None when the held
+    segments of a direction are not contiguous (the one-by-one feed handles holes and repeats)."""
+    from amqplens.decode.v0_9_1.hot_kernel import M_STOP_CLASS, window_ok
+
     runs: dict[str, list[int]] = {TO_SERVER: [], TO_CLIENT: []}
     for i, seg in enumerate(segments):
         runs[seg[0]].append(i)
     hot = hot_tables(dec.tables)
     limit = dec.frame_limit()
+    stop_class = int(hot.meta[M_STOP_CLASS])  # a numpy scalar argument costs numba's dispatcher 13 us a call, an int 0.3
     barrier = len(segments)  # the first held segment (in arrival order) that starts a frame not to decode ahead
     for d, idx in runs.items():
         if not idx:
@@ -71,16 +84,16 @@ def catch_up(dec, held: Held) -> None:
         expected = framer.expected
         for i in idx:
             _, offset, _, data = segments[i]
-            if offset != expected:  # not contiguous: the one-by-one feed handles holes and repeats
-                return _one_by_one(dec, held, segments)
+            if offset != expected:
+                return None
             expected += len(data)
         buf = b"".join([framer.pending, *(segments[i][3] for i in idx)])
-        stop = window_ok(np.frombuffer(buf, np.uint8), len(buf), limit, hot.meta, hot.meta[M_STOP_CLASS])
+        stop = window_ok(np.frombuffer(buf, np.uint8), len(buf), limit, hot.meta, stop_class)
         if stop < len(buf):
             at = int(np.searchsorted([segments[i][1] for i in idx], framer.base + stop, "right")) - 1
             barrier = min(barrier, idx[at] if at >= 0 else 0)
     if barrier == 0:
-        return _one_by_one(dec, held, segments)
+        return 0
     held.ahead += 1
     ahead = {d: [i for i in idx if i < barrier] for d, idx in runs.items()}
     f0, e0 = len(dec._frames), len(dec._frame_errors)
@@ -104,8 +117,7 @@ def catch_up(dec, held: Held) -> None:
             errors = dec._frame_errors[e0:]
             errors.sort(key=lambda row: _key_of(keys[row["direction"]], row["stream_offset"] + row["length"] - 1))
             dec._frame_errors[e0:] = errors
-    if barrier < len(segments):
-        _one_by_one(dec, held, segments[barrier:])
+    return barrier
 
 
 def _one_by_one(dec, held: Held, segments: list) -> None:
@@ -123,15 +135,22 @@ def _row_keys(items: list, key: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarr
     """Each row's place (of the segment that completed its frame) and the rows where each item starts."""
     from amqplens.decode.v0_9_1 import hot_kernel as k
 
-    ends, sizes = [], []
-    for item in items:
+    ends: list[np.ndarray] = []
+    sizes = np.empty(len(items), np.int64)
+    loose: list[int] = []  # the row dicts' last bytes since the last HotRows, made one array at once
+    for n, item in enumerate(items):
         if isinstance(item, HotRows):
+            if loose:
+                ends.append(np.array(loose, np.int64))
+                loose = []
             v = item.builder.vals[item.start : item.stop]
             ends.append(v[:, k.V_OFFSET] + v[:, k.V_SIZE] - 1)
-            sizes.append(len(item))
+            sizes[n] = item.stop - item.start
         else:
-            ends.append(np.array([item["stream_offset"] + item["size"] - 1], np.int64))
-            sizes.append(1)
+            loose.append(item["stream_offset"] + item["size"] - 1)
+            sizes[n] = 1
+    if loose:
+        ends.append(np.array(loose, np.int64))
     starts, places = key
     rows = places[np.searchsorted(starts, np.concatenate(ends), "right") - 1]
     bounds = np.zeros(len(items) + 1, np.int64)
@@ -141,36 +160,28 @@ def _row_keys(items: list, key: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarr
 
 def _interleave(a: list, b: list, keys: dict) -> list:
     """The items of the two directions (each in its own order) merged into the reference's order, cut where the
-    other direction's rows come between."""
+    other direction's rows come between: runs of each direction's rows, alternating, cut again at its items'
+    bounds; the pieces are found with a few array operations and made in one loop (a connection's publishes and
+    acks alternate: a piece per frame or two)."""
     ka, bounds_a = _row_keys(a, keys[TO_SERVER])
     kb, bounds_b = _row_keys(b, keys[TO_CLIENT])
     before = np.searchsorted(ka, kb)  # for each to_client row, the to_server rows ahead of it (places differ)
-    groups = np.flatnonzero(np.diff(before)) + 1
+    b_runs = np.concatenate(([0], np.flatnonzero(np.diff(before)) + 1))  # run r of b starts at b_runs[r]
+    a_runs = np.concatenate(([0], before[b_runs]))  # run r of a: [a_runs[r], a_runs[r + 1]); the last to the end
+    pieces = []
+    for source, runs, bounds, order in ((a, a_runs, bounds_a, 0), (b, b_runs, bounds_b, 1)):
+        cuts = np.union1d(runs, bounds[:-1])
+        cuts = cuts[cuts < bounds[-1]]
+        ends = np.append(cuts[1:], bounds[-1])
+        run = np.searchsorted(runs, cuts, "right") - 1
+        pieces.append((run, np.full(len(cuts), order), cuts, ends, np.searchsorted(bounds, cuts, "right") - 1))
+    run, side, starts, ends, item = (np.concatenate(parts) for parts in zip(*pieces))
+    sequence = np.lexsort((starts, side, run))
     out: list = []
-    ia = 0
-    for j0, j1 in zip([0, *groups.tolist()], [*groups.tolist(), len(kb)]):
-        p = int(before[j0])
-        _take(out, a, bounds_a, ia, p)
-        _take(out, b, bounds_b, j0, j1)
-        ia = p
-    _take(out, a, bounds_a, ia, len(ka))
+    sources, all_bounds = (a, b), (bounds_a, bounds_b)
+    for d, r0, r1, i in zip(*(x[sequence].tolist() for x in (side, starts, ends, item))):
+        got, first = sources[d][i], int(all_bounds[d][i])
+        if isinstance(got, HotRows) and (r0 != first or r1 != int(all_bounds[d][i + 1])):
+            got = HotRows(got.builder, got.start + r0 - first, got.start + r1 - first)
+        out.append(got)
     return out
-
-
-def _take(out: list, items: list, bounds: np.ndarray, r0: int, r1: int) -> None:
-    """Rows [r0, r1) of ``items`` (whose rows start at ``bounds``) onto ``out``, a HotRows cut where needed."""
-    if r0 >= r1:
-        return
-    i = int(np.searchsorted(bounds, r0, "right")) - 1
-    while r0 < r1:
-        item, first, last = items[i], int(bounds[i]), int(bounds[i + 1])
-        stop = min(r1, last)
-        if isinstance(item, HotRows):
-            if r0 == first and stop == last:
-                out.append(item)
-            else:
-                out.append(HotRows(item.builder, item.start + r0 - first, item.start + stop - first))
-        else:
-            out.append(item)
-        r0 = stop
-        i += 1

@@ -394,7 +394,7 @@ class FrameBatch:
                 segments.append([0, len(self.dicts), len(self.dicts) + 1])
                 self.dicts.append(item)
         self.sizes[0] = len(self.dicts)
-        self.segments = segments
+        self.segments = np.array(segments, np.int64).reshape(-1, 3)
 
     def __len__(self) -> int:
         return sum(self.sizes)
@@ -404,23 +404,24 @@ class FrameBatch:
         """Neighbouring parts of a frames batch (``FrameBatch``es and lists of row dicts, of any connections) as one
         batch, in their order: one conversion to Arrow for them all instead of one per connection."""
         out = cls.__new__(cls)
-        out.dicts, out.builders, out.sizes, out.segments, out._columns = [], [], [0], [], None
+        out.dicts, out.builders, out.sizes, out._columns = [], [], [0], None
+        pieces = []  # each part's [source, start, stop] rows, shifted to the combined sources (one array op a part)
         for part in parts:
             if isinstance(part, list):
                 if part:
-                    out.segments.append([0, len(out.dicts), len(out.dicts) + len(part)])
+                    pieces.append(np.array([[0, len(out.dicts), len(out.dicts) + len(part)]], np.int64))
                     out.dicts += part
                 continue
-            shift = len(out.sizes) - 1
-            for src, start, stop in part.segments:
-                if src == 0:
-                    out.segments.append([0, start + len(out.dicts), stop + len(out.dicts)])
-                else:
-                    out.segments.append([src + shift, start, stop])
+            seg = part.segments.copy()
+            dicts = seg[:, 0] == 0
+            seg[dicts, 1:] += len(out.dicts)
+            seg[~dicts, 0] += len(out.sizes) - 1
+            pieces.append(seg)
             out.dicts += part.dicts
             out.builders += part.builders
             out.sizes += part.sizes[1:]
         out.sizes[0] = len(out.dicts)
+        out.segments = np.concatenate(pieces) if pieces else np.empty((0, 3), np.int64)
         return out
 
     def redact(self, redactor) -> None:
@@ -465,9 +466,13 @@ class FrameBatch:
 
     def _order(self) -> np.ndarray | None:
         """Positions in the concatenation (dicts, then each builder's rows) in wire order; None when already so."""
+        seg = self.segments
+        lengths = seg[:, 2] - seg[:, 1]
         bases = np.cumsum(self.sizes) - self.sizes
-        order = np.concatenate([np.arange(bases[src] + start, bases[src] + stop) for src, start, stop in self.segments])
-        return None if np.array_equal(order, np.arange(len(order))) else order
+        shift = bases[seg[:, 0]] + seg[:, 1] - (np.cumsum(lengths) - lengths)  # position - place, per segment
+        if not shift.any():
+            return None
+        return np.repeat(shift, lengths) + np.arange(int(lengths.sum()))
 
     def to_struct(self, typ: pa.StructType, dict_rows) -> pa.Array:
         """The rows as one ``typ`` struct array (the frames contract), in wire order; ``dict_rows(rows, typ)``:
@@ -508,7 +513,7 @@ class FrameBatch:
                 m = self.sizes[len(sources)]
                 sources.append(rows[at : at + m])
                 at += m
-        return [row for src, start, stop in self.segments for row in sources[src][start:stop]]
+        return [row for src, start, stop in self.segments.tolist() for row in sources[src][start:stop]]
 
 
 class _BuilderEntry:
