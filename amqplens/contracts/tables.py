@@ -187,6 +187,7 @@ FRAMES = Table(
         "Message bodies are never stored: body_size and body_sha256 (and body_prefix when decode.body_prefix_bytes > 0)."
     ),
     key=("frame_id",),
+    plain=("frame_id", "stream_offset", "ts", "delivery_tag", "message_seq"),
     columns=(
         C("frame_id", "string", "connection_id, s|c (to server|to client) and stream_offset joined by '-'", False),
         C("connection_id", "string", "the connection (connections.connection_id)", False),
@@ -291,6 +292,7 @@ DELIVERIES = Table(
         "a 1.0 transfer (multi-frame transfers are one row), with how and when it was settled. Built from frames only."
     ),
     key=("delivery_id",),
+    plain=("delivery_id", "delivery_tag", "message_id", "body_sha256", "sent_ts", "settled_ts", "settle_latency_us", "settled_by_frame_id", "frame_ids"),
     columns=(
         C("delivery_id", "string", "connection_id, direction, channel[, handle] and the codec's message_seq joined by '-' "
           "(tags restart, 1.0 ids wrap); f<stream_offset of its first frame> in place of a message_seq the codec did not "
@@ -344,6 +346,7 @@ FLOW_EVENTS = Table(
     name="flow_events",
     doc="A time series of flow-control state per channel, consumer, link and session, one row per change.",
     key=("event_id",),
+    plain=("event_id", "ts", "frame_id"),
     columns=(
         C("event_id", "string", "frame_id of the frame that caused the change, the entity and its key, joined by '-'", False),
         C("connection_id", "string", "the connection", False),
@@ -375,6 +378,7 @@ REQUEST_RESPONSES = Table(
     name="request_responses",
     doc="Synchronous method pairs per channel (0-9-1) or per session/link (1.0), matched in order, with latency.",
     key=("request_frame_id",),
+    plain=("request_frame_id", "response_frame_id", "request_ts", "response_ts", "latency_us"),
     columns=(
         C("request_frame_id", "string", "the request frame", False),
         C("response_frame_id", "string", "the response frame (null when none came)"),

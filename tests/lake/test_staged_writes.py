@@ -126,3 +126,28 @@ def test_contract_batch_fills_columns_by_name_and_refuses_a_missing_required_one
     assert got.schema.names == [c.name for c in FRAMES.data_columns()] and "capture_date" not in got.schema.names
     assert got.column("ts")[0].as_py() == dt.datetime(2024, 5, 1, 12, 0, 0, 1, tzinfo=dt.timezone.utc)
     assert got.column("connection_id")[0].as_py() == "c1" and got.column("channel")[0].as_py() is None
+
+
+def test_a_tables_plain_columns_are_written_without_a_dictionary_and_read_back_the_same(tmp_path):
+    """``Table.plain`` (ids, offsets, times: nearly all distinct) is storage only: those column chunks carry no
+    dictionary page, the others keep theirs, and the file reads back as written."""
+    import pyarrow.parquet as pq
+
+    from amqplens.contracts import FRAMES
+    from amqplens.lake.staging import StagedTable
+
+    n = 64
+    data = {c.name: pa.nulls(n, c.arrow_type) for c in FRAMES.data_columns()}
+    data.update(frame_id=pa.array([f"c1-s-{i * 9}" for i in range(n)]), connection_id=pa.array(["c1"] * n),
+                stream_offset=pa.array([i * 9 for i in range(n)], pa.int64()), direction=pa.array(["to_server"] * n),
+                ts=pa.array([dt.datetime(2024, 5, 1, 12, 0, 0, i, tzinfo=dt.timezone.utc) for i in range(n)], FRAMES.column("ts").arrow_type))
+    batch = pa.RecordBatch.from_arrays(list(data.values()), names=list(data))
+    writer = StagedTable("frames", str(tmp_path), "run1").writer(0)
+    writer.write("cap", batch)
+    (done,) = writer.close()
+    path = next(tmp_path.rglob("*.parquet"))
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    dictionary = {meta.column(i).path_in_schema: meta.column(i).has_dictionary_page for i in range(meta.num_columns)}
+    assert FRAMES.plain and all(not dictionary[name] for name in FRAMES.plain), dictionary
+    assert dictionary["connection_id"] and dictionary["direction"]
+    assert pq.read_table(path).equals(pa.Table.from_batches([batch])) and done.rows == n
