@@ -470,7 +470,7 @@ class FrameBatch:
         lengths = seg[:, 2] - seg[:, 1]
         bases = np.cumsum(self.sizes) - self.sizes
         shift = bases[seg[:, 0]] + seg[:, 1] - (np.cumsum(lengths) - lengths)  # position - place, per segment
-        if not shift.any():
+        if not shift[lengths > 0].any():  # every row at its own place (an empty segment has none)
             return None
         return np.repeat(shift, lengths) + np.arange(int(lengths.sum()))
 
