@@ -258,6 +258,7 @@ def read_sorted(data, columns: list[str], where) -> pa.Table:
     twice (3.6 -> 2.8 GB after the sort for a task of a connection of 3.4M frames)."""
     import numpy as np
     import pyarrow.compute as pc
+    from amqplens.lifecycle.fold import Handed
     from amqplens.lifecycle.fused import sort_options
 
     # two batches of read-ahead: Arrow's default (16 batches, 4 files) read the 2 GB capture's largest task in 3.8 s
@@ -267,13 +268,9 @@ def read_sorted(data, columns: list[str], where) -> pa.Table:
     at = order.to_numpy()
     if not len(at) or (at[0] == 0 and bool(np.all(np.diff(at) == 1))):
         return table  # in order already (a task of one connection, written in order): no copy
-    schema, source = table.schema, list(table.columns)
+    handed = Handed(table)
     del table
-    out = []
-    for k in range(len(source)):
-        out.append(source[k].take(order))
-        source[k] = None
-    return pa.Table.from_arrays(out, schema=schema)
+    return handed.take_rows(order)
 
 
 def _direct_machines(frames, fields: list[pa.Field], **kwargs):

@@ -70,6 +70,16 @@ class Handed:
         assert table is not None, "a handed table is taken once"
         return table
 
+    def take_rows(self, indices) -> pa.Table:
+        """The table's rows ``indices`` (the table taken, as ``take``), copied a column at a time, each source column
+        let go as its copy replaces it: the rows and one column more are held, not the table twice."""
+        table = self.take()
+        schema, columns = table.schema, table.columns
+        del table
+        for i in range(len(columns)):
+            columns[i] = columns[i].take(indices)
+        return pa.Table.from_arrays(columns, schema=schema)
+
 
 def kernels():
     """``amqplens.lifecycle.kernels`` (numba, the decoder's disk cache), or None without numba: nothing is folded or
@@ -259,7 +269,7 @@ def _with_fold_columns(handed: Handed, order: np.ndarray, frame_ids: pa.ChunkedA
                        folded: np.ndarray) -> pa.Table:
     """``frame_ids``: the frame ids of the ``n`` rows in order (``source`` rows ``order``); rows are places in that
     order. The rows kept are copied a column at a time, each source column let go once copied."""
-    source = handed.take()
+    source = handed.table
     kept = np.flatnonzero(~drop)
     out_place = np.full(n, -1, np.int64)
     out_place[kept] = np.arange(len(kept))
@@ -296,12 +306,8 @@ def _with_fold_columns(handed: Handed, order: np.ndarray, frame_ids: pa.ChunkedA
              "fold_properties_json": taken(source, "properties_json", header_of, pa.string()),
              "fold_body_size": taken(source, "body_size", header_of, pa.int64()),
              "fold_body_sha256": taken(source, "body_sha256", end_of, pa.string())}
-    schema, columns = source.schema, source.columns
     del source
-    rows = pa.array(order[kept])
-    for i in range(len(columns)):
-        columns[i] = columns[i].take(rows)  # the source column goes as its copy replaces it
-    out = pa.Table.from_arrays(columns, schema=schema)
+    out = handed.take_rows(pa.array(order[kept]))
     for name, column in added.items():
         out = out.append_column(name, column)
     return out

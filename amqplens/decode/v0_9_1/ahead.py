@@ -59,15 +59,16 @@ def catch_up(dec, held: Held) -> None:
     if not segments:
         return
     barrier = _ahead(dec, held, segments)
-    if not barrier:  # not contiguous, or a frame not to decode ahead from the first segment on
+    if not barrier:
         return _one_by_one(dec, held, segments)
     if barrier < len(segments):
         _one_by_one(dec, held, segments[barrier:])
 
 
-def _ahead(dec, held: Held, segments: list) -> int | None:
-    """Decode the segments before the barrier ahead; the barrier (``len(segments)``: none), None when the held
-    segments of a direction are not contiguous (the one-by-one feed handles holes and repeats)."""
+def _ahead(dec, held: Held, segments: list) -> int:
+    """Decode the segments before the barrier ahead; returns the barrier (``len(segments)``: none), 0 when nothing
+    is decoded ahead: a direction's held segments not contiguous (the one-by-one feed handles holes and repeats) or
+    a frame not to decode ahead from the first segment on."""
     from amqplens.decode.v0_9_1.hot_kernel import M_STOP_CLASS, window_ok
 
     runs: dict[str, list[int]] = {TO_SERVER: [], TO_CLIENT: []}
@@ -85,7 +86,7 @@ def _ahead(dec, held: Held, segments: list) -> int | None:
         for i in idx:
             _, offset, _, data = segments[i]
             if offset != expected:
-                return None
+                return 0
             expected += len(data)
         buf = b"".join([framer.pending, *(segments[i][3] for i in idx)])
         stop = window_ok(np.frombuffer(buf, np.uint8), len(buf), limit, hot.meta, stop_class)
@@ -178,10 +179,10 @@ def _interleave(a: list, b: list, keys: dict) -> list:
     run, side, starts, ends, item = (np.concatenate(parts) for parts in zip(*pieces))
     sequence = np.lexsort((starts, side, run))
     out: list = []
-    sources, all_bounds = (a, b), (bounds_a, bounds_b)
+    sources, all_bounds = (a, b), (bounds_a.tolist(), bounds_b.tolist())
     for d, r0, r1, i in zip(*(x[sequence].tolist() for x in (side, starts, ends, item))):
-        got, first = sources[d][i], int(all_bounds[d][i])
-        if isinstance(got, HotRows) and (r0 != first or r1 != int(all_bounds[d][i + 1])):
+        got, first = sources[d][i], all_bounds[d][i]
+        if isinstance(got, HotRows) and (r0 != first or r1 != all_bounds[d][i + 1]):
             got = HotRows(got.builder, got.start + r0 - first, got.start + r1 - first)
         out.append(got)
     return out
