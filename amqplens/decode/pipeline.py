@@ -334,7 +334,7 @@ class _FlowDecoder:
         """Connections, frames and errors decoded so far (all of them when ``final``).
 
         A connection's batch comes before some of its frames (frames leave in
-        batches of ``batch_rows``), so its ``meta`` carries a ``ConnectionsClosed`` with ``frames_through``:
+        batches of at most ``batch_rows``), so its ``meta`` carries a ``ConnectionsClosed`` with ``frames_through``:
         the count of this capture's frame rows, in the order the frame batches
         give them, by which all of the connection's frames are out. A consumer
         that counts the capture's frame rows knows then that the connection is
@@ -361,13 +361,13 @@ class _FlowDecoder:
         self.errors += gaps
         limit = self.options.batch_rows
         if self.frame_rows and (final or self.frame_rows >= limit):
+            # every row converted leaves now, the last batch shorter: a rest kept for the next drain was copied
+            # again with the next rows (concat_arrays), once more per frame; the writers group rows themselves
             whole = frame_array(self.frames, self.options.frame_struct)
-            cut = len(whole) if final else len(whole) // limit * limit
-            for start in range(0, cut, limit):
-                chunk = whole.slice(start, min(limit, cut - start))
+            for start in range(0, len(whole), limit):
+                chunk = whole.slice(start, limit)
                 yield self.batch("frame", len(chunk), frame=chunk)
-            rest = whole.slice(cut)
-            self.frames, self.frame_rows = ([rest] if len(rest) else []), len(rest)
+            self.frames, self.frame_rows = [], 0
         if self.errors and (final or len(self.errors) >= limit or conns):
             chunk, self.errors = self.errors, []
             yield self.batch("error", len(chunk), error=pa.array(chunk, ERROR_STRUCT))

@@ -28,7 +28,7 @@ import numpy as np
 
 from amqplens.decode.streaming import SYNCED, StreamDecoderBase
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
-from amqplens.decode.v0_9_1.hotpath import HotRows, hot_tables
+from amqplens.decode.v0_9_1.hotpath import HotPieces, HotRows, hot_tables
 
 MAX_BYTES = 4 << 20  # bytes held per connection before they are decoded anyway
 _DIRECTIONS = (TO_SERVER, TO_CLIENT)
@@ -162,8 +162,8 @@ def _row_keys(items: list, key: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarr
 def _interleave(a: list, b: list, keys: dict) -> list:
     """The items of the two directions (each in its own order) merged into the reference's order, cut where the
     other direction's rows come between: runs of each direction's rows, alternating, cut again at its items'
-    bounds; the pieces are found with a few array operations and made in one loop (a connection's publishes and
-    acks alternate: a piece per frame or two)."""
+    bounds; the pieces found with a few array operations and handed on as arrays (``HotPieces``: a connection's
+    publishes and acks alternate, a piece per frame or two, too many for a Python object each)."""
     ka, bounds_a = _row_keys(a, keys[TO_SERVER])
     kb, bounds_b = _row_keys(b, keys[TO_CLIENT])
     before = np.searchsorted(ka, kb)  # for each to_client row, the to_server rows ahead of it (places differ)
@@ -178,11 +178,7 @@ def _interleave(a: list, b: list, keys: dict) -> list:
         pieces.append((run, np.full(len(cuts), order), cuts, ends, np.searchsorted(bounds, cuts, "right") - 1))
     run, side, starts, ends, item = (np.concatenate(parts) for parts in zip(*pieces))
     sequence = np.lexsort((starts, side, run))
-    out: list = []
-    sources, all_bounds = (a, b), (bounds_a.tolist(), bounds_b.tolist())
-    for d, r0, r1, i in zip(*(x[sequence].tolist() for x in (side, starts, ends, item))):
-        got, first = sources[d][i], all_bounds[d][i]
-        if isinstance(got, HotRows) and (r0 != first or r1 != all_bounds[d][i + 1]):
-            got = HotRows(got.builder, got.start + r0 - first, got.start + r1 - first)
-        out.append(got)
-    return out
+    side, starts, ends, item = side[sequence], starts[sequence], ends[sequence], item[sequence]
+    at = item + side * len(a)  # the piece's item in a + b
+    first = np.concatenate((bounds_a[:-1], bounds_b[:-1]))[at]
+    return [HotPieces(a + b, at, starts - first, ends - first)]

@@ -366,6 +366,21 @@ class HotRows:
         return self.stop - self.start
 
 
+class HotPieces:
+    """Two directions' decoder items (``HotRows`` and row dicts) interleaved in wire order, as arrays: piece ``p``
+    is rows ``[lo[p], hi[p])`` of ``items[item[p]]`` (counted from that item's first row). ``ahead._interleave``
+    makes them; ``FrameBatch`` takes them with array operations (a connection's publishes and acks alternate: a
+    piece per frame or two, too many for a Python object each)."""
+
+    __slots__ = ("items", "item", "lo", "hi")
+
+    def __init__(self, items: list, item: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+        self.items, self.item, self.lo, self.hi = items, item, lo, hi
+
+    def __len__(self) -> int:
+        return int((self.hi - self.lo).sum())
+
+
 class FrameBatch:
     """A decoder's frame rows since the last drain, in wire order: row dicts of the reference and the
     directions' hot rows as columns, with the order that interleaves them."""
@@ -379,22 +394,39 @@ class FrameBatch:
         self.sizes = [0]  # rows per source: the dicts, then each builder
         sources: dict[int, int] = {}
         segments: list[list[int]] = []  # [source, start, stop]: source 0 the dicts, i + 1 builder i
+        blocks: list[np.ndarray] = []  # the segments so far, and each HotPieces' as one array
+
+        def source(item) -> tuple[int, int]:  # (source, its row of the item's first row)
+            if not isinstance(item, HotRows):
+                self.dicts.append(item)
+                return 0, len(self.dicts) - 1
+            src = sources.get(id(item.builder))
+            if src is None:
+                src = sources[id(item.builder)] = len(self.sizes)
+                self.builders.append(_BuilderEntry(item.builder, hot, connection_id, dialect))
+                self.sizes.append(item.builder.rows)
+            return src, item.start
+
         for item in items:
-            if isinstance(item, HotRows):
-                src = sources.get(id(item.builder))
-                if src is None:
-                    src = sources[id(item.builder)] = len(self.sizes)
-                    self.builders.append(_BuilderEntry(item.builder, hot, connection_id, dialect))
-                    self.sizes.append(item.builder.rows)
-                segments.append([src, item.start, item.stop])
-            elif segments and segments[-1][0] == 0:
+            if isinstance(item, HotPieces):
+                if segments:
+                    blocks.append(np.array(segments, np.int64))
+                    segments = []
+                src, base = (np.array(x, np.int64) for x in zip(*map(source, item.items)))
+                src, base = src[item.item], base[item.item]
+                blocks.append(np.stack([src, base + item.lo, base + item.hi], axis=1))
+            elif isinstance(item, HotRows):
+                segments.append([*source(item), item.stop])
+            elif segments and segments[-1][0] == 0 and segments[-1][2] == len(self.dicts):
                 segments[-1][2] += 1
                 self.dicts.append(item)
             else:
                 segments.append([0, len(self.dicts), len(self.dicts) + 1])
                 self.dicts.append(item)
         self.sizes[0] = len(self.dicts)
-        self.segments = np.array(segments, np.int64).reshape(-1, 3)
+        if segments or not blocks:
+            blocks.append(np.array(segments, np.int64).reshape(-1, 3))
+        self.segments = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
 
     def __len__(self) -> int:
         return sum(self.sizes)

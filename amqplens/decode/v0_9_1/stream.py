@@ -29,7 +29,7 @@ from amqplens.decode.v0_9_1.spec_types import MethodSpec
 from amqplens.decode.v0_9_1.fieldtable import RABBITMQ
 from amqplens.decode.v0_9_1.frames import ALL_METHOD_KEYS, channel_rule, tables_for
 from amqplens.decode.v0_9_1.framing import FOREIGN, SYNCED, DirectionFramer
-from amqplens.decode.v0_9_1.hotpath import MIN_BYTES, FrameBatch, HotBuilder, HotRows, array_content, hot_tables, load_kernel
+from amqplens.decode.v0_9_1.hotpath import MIN_BYTES, FrameBatch, HotBuilder, HotPieces, HotRows, array_content, hot_tables, load_kernel
 from amqplens.decode.v0_9_1.primitives import CONTENT_HEADER, METHOD_IDS
 from amqplens.decode.v0_9_1.rows import FRAME_TEMPLATE, promote, to_json
 
@@ -110,7 +110,7 @@ class Amqp091StreamDecoder(StreamDecoderBase):
         """Frame rows in wire order: ``[rows]`` (dicts), or ``[FrameBatch]`` when the compiled path made some."""
         self.catch_up()
         items = super().drain_frames()
-        if not any(isinstance(item, HotRows) for item in items):
+        if not any(isinstance(item, (HotRows, HotPieces)) for item in items):
             return [items] if items else []
         self._builders = {}  # the batch's Arrow columns keep the builders' arrays
         return [FrameBatch(hot_tables(self.tables), self.connection_id, self.dialect, items)]
