@@ -568,10 +568,11 @@ class _BuilderEntry:
     @staticmethod
     def labels(members: list["_BuilderEntry"]) -> dict[str, pa.Array]:
         """The connection_id, direction and dialect columns of the members' rows, one after the other."""
-        counts = [m.builder.rows for m in members]
+        # each member's value repeated by a take (a copy in C), not an object array converted value by value (4x)
+        at = np.repeat(np.arange(len(members)), [m.builder.rows for m in members])
 
         def column(values: list) -> pa.Array:
-            return pa.array(np.repeat(np.array(values, object), counts), pa.string())
+            return pa.array(values, pa.string()).take(at)
 
         return {"connection_id": column([m.connection_id for m in members]),
                 "direction": column([m.builder.direction for m in members]),
