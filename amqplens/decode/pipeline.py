@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from amqplens.decode.capture import read_split
-from amqplens.decode.common.arrow import to_struct_array, use_task_memory_pool  # noqa: F401  (the batch functions' names)
+from amqplens.decode.common.arrow import repeated, to_struct_array, use_task_memory_pool  # noqa: F401  (the batch functions' names)
 from amqplens.decode.common.rows import STAGE_FRAME
 from amqplens.decode.common.reports import ConnectionsClosed
 from amqplens.decode.codecs import DecodeOptions, DecodingConsumer
@@ -137,8 +137,8 @@ def error_id(capture_id: str, connection_id: str | None, direction: str | None, 
 def _meta_batch(capture_id: str, kind: RowKind, metas: list[str]) -> pa.RecordBatch:
     n = len(metas)
     cols = [pa.nulls(n, f.type) for f in PACKET_SCHEMA]
-    cols[0] = pa.array([capture_id] * n, pa.string())
-    cols.append(pa.array([kind] * n, pa.string()))
+    cols[0] = repeated(capture_id, n)
+    cols.append(repeated(kind, n))
     cols.append(pa.array(metas, pa.string()))
     return pa.RecordBatch.from_arrays(cols, schema=PACKETS_OUT_SCHEMA)
 
@@ -184,7 +184,7 @@ def read_splits(batches: Iterable[pa.RecordBatch], options: Options = Options())
                 n = len(cols["record_offset"])
                 if n:
                     arrays = [pa.array(cols[f.name], f.type) for f in PACKET_SCHEMA]
-                    arrays += [pa.array(["packet"] * n, pa.string()), pa.nulls(n, pa.string())]
+                    arrays += [repeated("packet", n), pa.nulls(n, pa.string())]
                     yield pa.RecordBatch.from_arrays(arrays, schema=PACKETS_OUT_SCHEMA)
             cid = split["capture_id"]
             errors = [capture_error_to_json(e, options.max_error_bytes) for e in reader.errors]
@@ -275,7 +275,7 @@ def _capture_error_row(capture_id: str, meta: str) -> dict:
 
 def out_batch(schema: pa.Schema, kind: RowKind, capture_id: str, n: int, **columns) -> pa.RecordBatch:
     """A stage-2 batch of one kind: the named struct columns filled, the others null."""
-    arrays = [pa.array([kind] * n, pa.string()), pa.array([capture_id] * n, pa.string())]
+    arrays = [repeated(kind, n), repeated(capture_id, n)]
     for field in list(schema)[2:]:
         values = columns.get(field.name)
         arrays.append(pa.nulls(n, field.type) if values is None else values)

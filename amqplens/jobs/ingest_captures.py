@@ -44,6 +44,7 @@ from amqplens.decode.capture import headscan, plan_splits, sniff_format, sniff_h
 from amqplens.logs import SNIFF_BYTES as LOG_SNIFF_BYTES
 from amqplens.logs import sniff as log_sniff
 from amqplens.decode.codecs import DecodeOptions
+from amqplens.decode.common.arrow import repeated
 from amqplens.decode.common.reports import MetaReport
 from amqplens.decode.pipeline import RowKind
 from amqplens.decode.tls import KeyLog
@@ -201,9 +202,7 @@ def frame_rows(out):
 
 
 def _capture_source(n: int):
-    import pyarrow as pa
-
-    return pa.array(["capture"] * n, pa.string())
+    return repeated("capture", n)
 
 
 def connection_rows(out):
@@ -357,7 +356,7 @@ def direct_packets(batches, options: pipeline.Options, read_bytes=None):
                 for packets in headscan.read_flows(item["path"], item["capture_id"], dflows, options.batch_rows):
                     n = packets.num_rows
                     yield pa.RecordBatch.from_arrays(
-                        [*packets.columns, pa.array(["packet"] * n, pa.string()), pa.nulls(n, pa.string())],
+                        [*packets.columns, repeated("packet", n), pa.nulls(n, pa.string())],
                         schema=pipeline.PACKETS_OUT_SCHEMA)
                 if read_bytes is not None:
                     read_bytes.add(item["bytes"])

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 
 from amqplens.lifecycle.runner import LifecycleOptions, LifecycleRunner
-from amqplens.decode.common.arrow import to_struct_array, use_task_memory_pool
+from amqplens.decode.common.arrow import repeated, to_struct_array, use_task_memory_pool
 
 KINDS = ("delivery", "flow_event", "request_response")
 # frame columns the machines read; the others are not converted to Python
@@ -159,7 +159,7 @@ def lifecycle_batches(
 
 def _out_batch(schema: pa.Schema, kind: str, chunk: list, struct: pa.StructType) -> pa.RecordBatch:
     n = len(chunk)
-    arrays = [pa.array([kind] * n, pa.string()), pa.array([c for c, _ in chunk], pa.string())]
+    arrays = [repeated(kind, n), pa.array([c for c, _ in chunk], pa.string())]
     for field in list(schema)[2:]:
         arrays.append(to_struct_array([r for _, r in chunk], struct) if field.name == kind else pa.nulls(n, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -36,6 +36,7 @@ from typing import TypeVar
 import numpy as np
 import pyarrow as pa
 
+from amqplens.decode.common.arrow import repeated
 from amqplens.decode.clock import OUT_OF_LINE_US
 from amqplens.decode.capture import pcap, pcapng
 from amqplens.decode.capture.linklayer import LINK_DECODERS
@@ -294,7 +295,7 @@ def _batches(kernel, buf, size: int, capture_id: str, columns, fkey, per_dflow, 
                                                                                     pa.py_buffer(data)]).cast(pa.binary())
             findex = pa.array(f)
             given = {
-                "capture_id": pa.array([capture_id] * len(idx), pa.string()),
+                "capture_id": repeated(capture_id, len(idx)),
                 "record_offset": off[idx], "ts_us": ts[idx], "flow_key": keys[idx], "seq": seq[idx], "ack": ack[idx],
                 "tcp_flags": flags[idx], "window": win[idx], "wire_len": wire[idx], "payload": payload,
                 "payload_truncated": trunc[idx],

