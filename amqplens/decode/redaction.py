@@ -54,12 +54,31 @@ class HeaderRedactor:
         import numpy as np
         import pyarrow.compute as pc
 
-        if not self.names or column.null_count == len(column):
+        if not self.names or column.null_count == len(column) or not self._anywhere(column):
             return np.zeros(len(column), np.bool_)
         # ASCII lowering: the compiled path writes printable ASCII only (anything else goes to the reference decoder),
         # so it lowers what utf8_lower would, 20% faster (300,000 properties_json values: 0.037 -> 0.030 CPU s)
         found = pc.match_substring_regex(pc.ascii_lower(column), self._pattern)
         return pc.fill_null(found, False).to_numpy(zero_copy_only=False)
+
+    def _anywhere(self, column) -> bool:
+        """Whether any name occurs (any case) in the bytes ``column``'s values span, searched as one text: False
+        (the common case) proves no value names one, at 2.2x the speed of the search per value (300,000 values: 0.013
+        against 0.029 CPU s); a name across two values only sends the column to that search. True for anything but a
+        plain string array."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if type(column) is not pa.StringArray:
+            return True
+        offsets = np.frombuffer(column.buffers()[1], np.int32, len(column) + 1, column.offset * 4)
+        start, end = int(offsets[0]), int(offsets[-1])
+        data = column.buffers()[2]
+        if data is None or end <= start:
+            return False
+        whole = pa.StringArray.from_buffers(1, pa.py_buffer(np.array([0, end - start], np.int32)), data.slice(start, end - start))
+        return bool(pc.match_substring_regex(whole, self._pattern, ignore_case=True)[0].as_py())
 
     def text(self, text: str | None) -> str | None:
         """The JSON ``text`` with the value of every matching member replaced (the same object when none matches)."""

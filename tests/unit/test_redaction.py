@@ -118,3 +118,10 @@ def test_candidates_find_every_value_text_would_change():
     assert all(h for h, c in zip(hit, changed) if c)
     assert not hit[3] and not hit[4] and not hit[5]
     assert hit[0] and hit[1] and hit[6]
+    # each value searched alone when the column's bytes name one anywhere; a column naming none is all False at once
+    # (read as one text: a slice of a larger array, and a name made only by two values put together)
+    for column, expected in ((pa.array(values, pa.string()).slice(3, 3), [False] * 3),
+                             (pa.array(['{"a":"tok', 'en"}', '{"k":"v"}'], pa.string()), [False] * 3),
+                             (pa.array(['{"a":1}', None, '{"Set-Cookie":"c"}'], pa.string()).slice(1), [False, True]),
+                             (pa.array(values, pa.string()).slice(0, 2), [True, True])):
+        assert r.candidates(column).tolist() == expected[: len(column)]
