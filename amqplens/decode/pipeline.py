@@ -197,26 +197,8 @@ def read_splits(batches: Iterable[pa.RecordBatch], options: Options = Options())
 
 
 def frame_array(parts: list, typ: pa.StructType) -> pa.Array:
-    """Frame parts (lists of row dicts, the 0-9-1 compiled path's ``FrameBatch``, struct arrays) as one struct array;
-    neighbouring lists of dicts and FrameBatches are converted together (one conversion per run of them, not per
-    connection)."""
-    arrays: list[pa.Array] = []
-    rows: list = []
-    for part in parts:
-        if isinstance(part, pa.Array):
-            if rows:
-                arrays.append(_rows_array(rows, typ))
-                rows = []
-            arrays.append(part)
-        else:
-            rows.append(part)
-    if rows:
-        arrays.append(_rows_array(rows, typ))
-    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
-
-
-def _rows_array(parts: list, typ: pa.StructType) -> pa.Array:
-    """Neighbouring lists of row dicts and ``FrameBatch``es as one struct array: one conversion for them all."""
+    """Frame parts (lists of row dicts, the 0-9-1 compiled path's ``FrameBatch``) as one struct array: one
+    conversion for them all, not one per connection."""
     if all(isinstance(p, list) for p in parts):
         return to_struct_array([r for p in parts for r in p], typ)
     return FrameBatch.combine(parts).to_struct(typ, to_struct_array)
