@@ -377,9 +377,6 @@ class HotPieces:
     def __init__(self, items: list, item: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
         self.items, self.item, self.lo, self.hi = items, item, lo, hi
 
-    def __len__(self) -> int:
-        return int((self.hi - self.lo).sum())
-
 
 class FrameBatch:
     """A decoder's frame rows since the last drain, in wire order: row dicts of the reference and the
@@ -417,7 +414,7 @@ class FrameBatch:
                 blocks.append(np.stack([src, base + item.lo, base + item.hi], axis=1))
             elif isinstance(item, HotRows):
                 segments.append([*source(item), item.stop])
-            elif segments and segments[-1][0] == 0 and segments[-1][2] == len(self.dicts):
+            elif segments and segments[-1][0] == 0:  # a HotPieces' dicts come after segments is emptied
                 segments[-1][2] += 1
                 self.dicts.append(item)
             else:
