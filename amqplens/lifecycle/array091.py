@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 from amqplens.decode.detect import FAMILY_0_9_1
 from amqplens.lifecycle import machines
 from amqplens.lifecycle.amqp091 import ENDPOINT_EVENT
-from amqplens.lifecycle.fold import _frame_ids, column_in, column_valid, column_values, kernels, stream_order
+from amqplens.lifecycle.fold import Kept, _frame_ids, column_in, column_valid, column_values, kernels, stream_order, take_span
 from amqplens.lifecycle.records import DELIVERY_KEYS, FLOW_EVENT_KEYS, FROM_BROKER, TO_BROKER, Output, frame_arg, properties_0_9_1
 from amqplens.lifecycle.requests import RequestMatcher, sync_tables
 from amqplens.lifecycle.runner import REFERS_BACK
@@ -120,7 +120,7 @@ class Result:
         self.why: dict[int, tuple] = {}  # debug: connection number -> why it went to the machine
 
 
-def lifecycle(table: pa.Table, window: int, debug: bool = False, max_pending_returns: int = 10_000) -> Result:
+def lifecycle(table: "pa.Table | Kept", window: int, debug: bool = False, max_pending_returns: int = 10_000) -> Result:
     """``table``: whole connections' frames (the fused lifecycle's columns and ``FOLD_COLUMNS``), sorted by
     (connection_id, ts, stream_offset, direction); ``window``: the runner's reorder window; ``max_pending_returns``:
     the machine's bound on mandatory publishes a return may name (``LifecycleOptions``)."""
@@ -181,7 +181,7 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False, max_pending_ret
     action[np.isin(action, [A_DELIVER, A_GET_OK]) & (~folded | ~column_valid(table, "delivery_tag"))] = A_BAD
     consumes = np.flatnonzero(action == A_CONSUME)
     if len(consumes):
-        args = table.column("arguments_json").take(pa.array(consumes)).to_pylist() if "arguments_json" in table.column_names else [None] * len(consumes)
+        args = _at(table, "arguments_json", consumes).to_pylist() if "arguments_json" in table.column_names else [None] * len(consumes)
         nowait = np.array([frame_arg({"arguments_json": a}, "no_wait") is True or frame_arg({"arguments_json": a}, "nowait") is True
                            for a in args], bool)
         action[consumes[nowait]] = A_CONSUME_NOWAIT
@@ -266,7 +266,7 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False, max_pending_ret
     if not good.any():
         return result
     result.taken = good
-    fids = _frame_ids(table)
+    fids = _frame_id_at(table)
     delivery_rows = np.flatnonzero(records & good)
     result.deliveries = lambda size: (  # built a slice at a time: a long connection's rows are many
         _deliveries(table, delivery_rows[at:at + size], action, state, by, by_ts, dtag, rec_queue, fids, ts, auto)
@@ -277,17 +277,37 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False, max_pending_ret
     tag_of = np.zeros(max(n_cons, 1), np.int64)
     tag_of[cons[cons >= 0]] = np.flatnonzero(cons >= 0)
     kept_events = events[keep]
+    tags = take_span(tag_filled, tag_of)  # each consumer's tag, taken once
     result.flow_events = lambda size: (
-        _flow_events(table, kept_events[at:at + size], chan_of, tag_of, tag_filled, fids, ts)
+        _flow_events(table, kept_events[at:at + size], chan_of, tags, fids, ts)
         for at in range(0, len(kept_events), size))
     result.request_responses = _requests(table, order, bounds, np.flatnonzero(~bad), action, closed_here, fids, ts)
     return result
 
 
-def _col(table: pa.Table, name: str, rows: pa.Array, type_: pa.DataType) -> pa.Array:
+def _at(table: "pa.Table | Kept", name: str, rows: np.ndarray) -> pa.Array:
+    """Column ``name`` at ``rows`` (a ``Kept``'s straight from its source where the column was not made)."""
+    return table.take(name, rows) if isinstance(table, Kept) else take_span(table.column(name), rows)
+
+
+def _frame_id_at(table: "pa.Table | Kept") -> Callable[[np.ndarray], pa.Array]:
+    """The frame ids of rows, as a function of the rows (taken where they are read, not a column of every row)."""
+    if "frame_id" in table.column_names:
+        return lambda rows: _at(table, "frame_id", rows)
+    ids = _frame_ids(table)
+    return lambda rows: take_span(ids, rows)
+
+
+def _labels(values: tuple | list, codes: np.ndarray) -> pa.Array:
+    """``values[codes]`` as a string array, taken in Arrow (a numpy array of Python strings converted cost about a
+    microsecond a row)."""
+    return pa.array(list(values), pa.string()).take(pa.array(codes, pa.int64()))
+
+
+def _col(table: pa.Table, name: str, rows: np.ndarray, type_: pa.DataType) -> pa.Array:
     if name not in table.column_names:
         return pa.nulls(len(rows), type_)
-    return table.column(name).take(rows).combine_chunks().cast(type_)
+    return _at(table, name, rows).cast(type_)
 
 
 def _null_where(values: pa.Array, mask: np.ndarray) -> pa.Array:
@@ -333,24 +353,24 @@ def _with_first(first: pa.Array, rest: pa.Array) -> pa.Array:
 
 
 def _deliveries(table, rows, action, state, by, by_ts, dtag, rec_queue, fids, ts, auto) -> pa.Table:
-    take = pa.array(rows)
+    take = rows
     publish = action[rows] == A_PUBLISH
     n = len(rows)
     cid = _col(table, "connection_id", take, pa.string())
     channel = _col(table, "channel", take, pa.int32())
     seq = _col(table, "message_seq", take, pa.int64())
-    side = pa.array(np.where(publish, TO_BROKER, FROM_BROKER))
-    names_p = np.array(_P[0], dtype=object)
-    names_d = np.array(_D[0], dtype=object)
-    outcome = np.where(publish, names_p[np.minimum(state[rows], len(names_p) - 1)], names_d[np.minimum(state[rows], len(names_d) - 1)])
+    side = _labels((FROM_BROKER, TO_BROKER), publish.astype(np.int64))
+    # the outcome's name: the publish machine's names, then the delivery machine's
+    outcome = _labels(_P[0] + _D[0], np.where(publish, np.minimum(state[rows], len(_P[0]) - 1),
+                                              len(_P[0]) + np.minimum(state[rows], len(_D[0]) - 1)))
     settled = by[rows] >= 0
     sent_np = ts[rows]
     sent = pa.array(sent_np, pa.int64())
     settled_ts = pa.array(np.where(settled, by_ts[rows], 0), pa.int64(), mask=~settled)
     latency = pa.array(np.where(settled, by_ts[rows] - sent_np, 0), pa.int64(), mask=~settled)
-    settled_by = _null_where(fids.take(pa.array(np.where(settled, by[rows], 0))).combine_chunks(), ~settled)
+    settled_by = _null_where(fids(np.where(settled, by[rows], by[rows][settled].min() if settled.any() else 0)), ~settled)
     source = np.where(publish, -1, rec_queue[rows])
-    queue = _null_where(_col(table, "queue", pa.array(np.maximum(source, 0)), pa.string()), source < 0)
+    queue = _null_where(_col(table, "queue", np.maximum(source, 0), pa.string()), source < 0)
     props = _col(table, "fold_properties_json", take, pa.string())
     message_id, correlation_id, content_type, delivery_mode, priority = _properties(props)
     confirm = publish & (dtag[rows] > 0)
@@ -367,11 +387,11 @@ def _deliveries(table, rows, action, state, by, by_ts, dtag, rec_queue, fids, ts
         "delivery_mode": delivery_mode, "priority": priority, "properties_json": props,
         "body_size": _col(table, "fold_body_size", take, pa.int64()), "body_sha256": _col(table, "fold_body_sha256", take, pa.string()),
         "redelivered": _null_where(_col(table, "redelivered", take, pa.bool_()), publish),
-        "settle_mode": pa.array(np.where(publish, np.where(confirm, "confirm", "no_confirm"),
-                                         np.where(auto[rows], "auto_ack", "manual_ack"))),
+        "settle_mode": _labels(("confirm", "no_confirm", "auto_ack", "manual_ack"),
+                               np.where(publish, np.where(confirm, 0, 1), np.where(auto[rows], 2, 3))),
         "sent_ts_us": sent, "settled_ts_us": settled_ts, "settle_latency_us": latency,
-        "outcome": pa.array(outcome.astype(str)), "settled_by_frame_id": settled_by,
-        "frame_ids": _with_first(fids.take(take).combine_chunks(), _col(table, "fold_frame_ids", take, pa.list_(pa.string()))),
+        "outcome": outcome, "settled_by_frame_id": settled_by,
+        "frame_ids": _with_first(fids(take), _col(table, "fold_frame_ids", take, pa.list_(pa.string()))),
         "flags": pa.nulls(n, pa.list_(pa.string())),
     }
     assert tuple(columns) == DELIVERY_KEYS
@@ -383,21 +403,21 @@ def _delivery_tags(table, take, publish, confirm, dtag) -> pa.Array:
     return pc.if_else(pa.array(publish), pa.array(dtag, pa.int64(), mask=~confirm), tags)
 
 
-def _flow_events(table, ev, chan_of, tag_of, tag_filled, fids, ts) -> pa.Table:
-    rows = pa.array(ev[:, 0])
+def _flow_events(table, ev, chan_of, tags, fids, ts) -> pa.Table:
+    rows = ev[:, 0]
     n = len(ev)
     consumer = ev[:, 1] == 1
-    fid = fids.take(rows).combine_chunks().cast(pa.string())
+    fid = fids(rows).cast(pa.string())
     channel = pa.array(chan_of[ev[:, 7]].astype(np.int32))
-    tag = _null_where(tag_filled.take(pa.array(tag_of[np.maximum(ev[:, 2], 0)])).cast(pa.string()), ~consumer)
-    entity = pa.array(np.where(consumer, "consumer", "channel"))
+    tag = _null_where(tags.take(pa.array(np.maximum(ev[:, 2], 0))).cast(pa.string()), ~consumer)
+    entity = _labels(("channel", "consumer"), consumer.astype(np.int64))
     key = pc.if_else(pa.array(consumer), pc.binary_join_element_wise(channel.cast(pa.string()), pc.fill_null(tag, ""), "-"),
                      channel.cast(pa.string()))
     columns = {
         "event_id": pc.binary_join_element_wise(fid, entity, key, "-"),
         "connection_id": _col(table, "connection_id", rows, pa.string()), "ts_us": pa.array(ts[ev[:, 0]], pa.int64()),
         "frame_id": fid, "entity": entity, "channel": channel, "consumer_tag": tag, "link_handle": pa.nulls(n, pa.int64()),
-        "event": pa.array(np.array(FLOW_EVENTS, dtype=object)[ev[:, 3]].astype(str)) if n else pa.array([], pa.string()),
+        "event": _labels(FLOW_EVENTS, ev[:, 3]),
         "prefetch_count": pa.array(ev[:, 4], pa.int64()), "in_flight": pa.array(ev[:, 5], pa.int64()),
         "at_limit": pa.array(ev[:, 6] == 1), "flow_active": pa.nulls(n, pa.bool_()), "blocked": pa.nulls(n, pa.bool_()),
         "reason": pa.nulls(n, pa.string()), "link_credit": pa.nulls(n, pa.int64()), "delivery_count": pa.nulls(n, pa.int64()),
@@ -423,17 +443,17 @@ def _requests(table, order, bounds, conns, action, closed_here, fids, ts) -> lis
     rows_kept = rows[keep]
     ends = np.cumsum([int(keep[e - len(p):e].sum()) for p, e in zip(picked, ends)])
     fields = [f for f in _REQUEST_FIELDS if f in table.column_names]
-    take = pa.array(rows_kept)
-    values = {f: table.column(f).take(take).to_pylist() for f in fields}
-    fid_list = fids.take(take).to_pylist()
+    values = {f: _at(table, f, rows_kept).to_pylist() for f in fields}
+    fid_list = fids(rows_kept).to_pylist()
     out: list[tuple] = []
     start = 0
     for c, end in zip(conns, ends):
         lo = bounds[c]
-        cid = table.column("connection_id")[lo].as_py()
-        capture = table.column("capture_id")[lo].as_py() if "capture_id" in table.column_names else None
+        first = np.array([lo], np.int64)
+        cid = _at(table, "connection_id", first)[0].as_py()
+        capture = _at(table, "capture_id", first)[0].as_py() if "capture_id" in table.column_names else None
         sink = Output()
-        matcher = RequestMatcher(cid, table.column("dialect")[lo].as_py(), sink)
+        matcher = RequestMatcher(cid, _at(table, "dialect", first)[0].as_py(), sink)
         for j in range(start, end):
             f = {k: values[k][j] for k in fields}
             i = rows_kept[j]

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from amqplens.lifecycle.batches import FRAME_COLUMNS, LifecycleBatcher
 from amqplens.lifecycle import array091
-from amqplens.lifecycle.fold import FOLD_COLUMNS, Handed, fold
+from amqplens.lifecycle.fold import FOLD_COLUMNS, Handed, Kept, fold
 from amqplens.lifecycle.runner import LifecycleOptions
 from amqplens.decode.common.arrow import use_task_memory_pool
 from amqplens.decode.common.reports import ConnectionsClosed
@@ -279,15 +279,21 @@ class ConnectionLifecycle:
             del parts
             if self.fold_content:  # sorted and folded in one copy of the rows kept
                 source, frames = Handed(frames), None
-                frames = fold(source, self.out.options.reorder_window, order)
-                columns = columns + [c for c in FOLD_COLUMNS if c in frames.column_names]
+                folded = fold(source, self.out.options.reorder_window, order, lazy=self.arrays)
+                columns = columns + [c for c in FOLD_COLUMNS if c in folded.column_names]
+                taken = None
                 if self.arrays:
-                    done = array091.lifecycle(frames, self.out.options.reorder_window,
+                    done = array091.lifecycle(folded, self.out.options.reorder_window,
                                               max_pending_returns=self.out.options.max_pending_returns)
                     yield from self.out.arrays(done)
-                    if done.taken.any():
-                        frames = frames.filter(pa.array(~done.taken))
+                    taken = done.taken if done.taken.any() else None
                     del done
+                # the rows the machines take: a Kept's made into a table of those rows only
+                if isinstance(folded, Kept):
+                    frames = folded.table(None if taken is None else ~taken)
+                else:
+                    frames = folded if taken is None else folded.filter(pa.array(~taken))
+                del folded
             elif order is not None:
                 frames = frames.take(order)
             for start in range(0, frames.num_rows, self.batch_rows):

@@ -88,8 +88,21 @@ def test_direct_and_shuffle_paths_give_the_same_tables(spark, conf, tmp_path):
     assert errors["record_caplen"] > 0 and errors["record_year_49195"] > 0  # the reader's error rows, kept
 
 
+def _weights(rows, scans) -> list[int]:
+    """Each task's weight as the plan counts it: its bytes and FLOW_COST_BYTES per flow (both directions one)."""
+    import json
+
+    out = []
+    for _, plan in rows:
+        items = json.loads(plan)
+        flows = {(item["capture_id"], scans[item["capture_id"]].dflows[int(d)][5]) for item in items for d in item["dflows"]}
+        out.append(sum(item["bytes"] for item in items) + ingest_captures.FLOW_COST_BYTES * len(flows))
+    return out
+
+
 def test_plan_spreads_flows_by_bytes(tmp_path):
-    """Two tasks, one capture of many flows: each task's share of the bytes is within the largest flow of half."""
+    """Two tasks, one capture of many flows: each task's weight (bytes and a fixed cost per flow) is within the
+    heaviest flow of half."""
     scan = headscan.plan(str(DATA / "demo" / "demo.pcap"))
     assert scan is not None and scan.clean
     rows = ingest_captures.direct_plan({"demo": scan}, 2)
@@ -98,9 +111,30 @@ def test_plan_spreads_flows_by_bytes(tmp_path):
     loads = [sum(item["bytes"] for item in json.loads(plan)) for _, plan in rows]
     flows = scan.flows()
     assert sum(loads) == sum(f.bytes for f in flows) == sum(d[7] for d in scan.dflows)
-    assert max(loads) - min(loads) <= max(f.bytes for f in flows)
+    weights = _weights(rows, {"demo": scan})
+    assert max(weights) - min(weights) <= max(f.bytes for f in flows) + ingest_captures.FLOW_COST_BYTES
     dflows = [d for _, plan in rows for item in json.loads(plan) for d in item["dflows"]]
     assert sorted(map(int, dflows)) == list(range(len(scan.dflows)))  # every directional flow in exactly one task
+
+
+def test_plan_counts_a_fixed_cost_per_connection():
+    """One long connection beside many short ones of the same bytes in all (the load capture's shape: 8 long
+    connections and 10,000 of about 14 KB, where the task given the short ones by bytes alone took 50.5 s against
+    40.3 s): the long one's task takes short ones too, and the two tasks' weights (bytes + FLOW_COST_BYTES a
+    connection) differ by at most one short connection's."""
+    import json
+
+    short = ingest_captures.FLOW_COST_BYTES
+    dflows = [[4, "10.0.0.1", 40000, "10.0.0.2", 5672, 1, 2000, 1_000_000]]
+    dflows += [[4, "10.0.0.1", 40001 + i, "10.0.0.2", 5672, 2 + i, 30, short] for i in range(40)]
+    scan = headscan.FileScan("x.pcap", 0, True, None, headscan.SplitStats(), dflows)
+    rows = ingest_captures.direct_plan({"x": scan}, 2)
+    tasks = [{int(d) for item in json.loads(plan) for d in item["dflows"]} for _, plan in rows]
+    long_task = next(t for t in tasks if 0 in t)
+    assert len(long_task) > 1, "bytes alone would give the long connection's task no short one"
+    weights = _weights(rows, {"x": scan})
+    assert max(weights) - min(weights) <= short + ingest_captures.FLOW_COST_BYTES
+    assert sorted(d for t in tasks for d in t) == list(range(41))
 
 
 def test_plan_keeps_each_of_many_small_captures_whole_on_one_task():
@@ -127,7 +161,8 @@ def test_plan_keeps_each_of_many_small_captures_whole_on_one_task():
             planned.setdefault(item["capture_id"], []).extend(int(d) for d in item["dflows"])
     assert all(len(t) == 1 for t in tasks_of.values())  # whole
     assert {k: sorted(v) for k, v in planned.items()} == {k: list(range(len(s.dflows))) for k, s in scans.items() if s.dflows}
-    assert max(loads) - min(loads) <= max(sizes.values())
+    weights = _weights(rows, scans)
+    assert max(weights) - min(weights) <= max(sizes[k] + ingest_captures.FLOW_COST_BYTES * len(scans[k].flows()) for k in scans)
     biggest = max(sizes, key=lambda k: sizes[k])
     split = ingest_captures.direct_plan(scans, 2, whole_below=sizes[biggest] - 1)  # the largest one above it
     holding = {task for task, plan in split for item in json.loads(plan) if item["capture_id"] == biggest}
