@@ -131,8 +131,10 @@ def _params(buf, size: int):
 # (``splits._Releaser``), so a task's resident share of the file stays about a window wide whatever its size.
 WINDOW = 64 << 20
 # A task's packets are read in groups of flows of at most this many packets (a flow larger than that is a group
-# alone), one scan of the file per group: the per-packet columns a task holds stay bounded by it.
-GROUP_PACKETS = 1 << 20
+# alone), one scan of the file per group: the per-packet columns a task holds stay bounded by it (67 bytes a packet,
+# about 270 MB). Each scan parses every record of the file (about 1.2 s for 2 GB here): at 1M packets a group, each
+# task of the 2 GB load capture scanned the file 4 and 5 times, 11.5% of its time.
+GROUP_PACKETS = 4 << 20
 _COLUMNS = (np.int64, np.int64, np.int32, np.int64, np.int64, np.int16, np.int32, np.int64, np.int64, np.int64, np.bool_)
 
 
