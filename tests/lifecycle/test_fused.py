@@ -169,3 +169,32 @@ def test_read_sorted_gives_the_rows_in_the_lifecycles_order():
     assert got.equals(want) and not got.equals(table)
     again = read_sorted(ds.dataset(want), want.column_names, everything)
     assert again.equals(want)
+
+
+@pytest.mark.parametrize("sliced_runs", [0, 64])
+def test_read_sorted_puts_runs_in_order_together(monkeypatch, sliced_runs):
+    """Connections written each in its sorted order, the connections out of order (as a direct task reads several
+    of them): the same rows as Arrow's sort, whether the runs are put together as slices (a few) or copied (many:
+    ``SLICED_RUNS`` 0), and from a table of several chunks."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from amqplens.jobs import lifecycle as job
+    from amqplens.lifecycle.fused import sort_options
+
+    monkeypatch.setattr(job, "SLICED_RUNS", sliced_runs)
+    parts = []
+    for c in ("c3", "c1", "c2"):
+        m = 40
+        part = pa.table({"connection_id": pa.array([c] * m), "ts": pa.array(np.repeat(np.arange(m // 2), 2), pa.int64()),
+                         "stream_offset": pa.array(np.arange(m), pa.int64()),
+                         "direction": pa.array(["to_client", "to_server"] * (m // 2))})
+        parts.append(part.take(pc.sort_indices(part, options=sort_options())))
+    table = pa.concat_tables(parts)
+    table = table.append_column("row", pa.array(np.arange(table.num_rows)))
+    data = ds.dataset([pa.Table.from_batches(table.to_batches(max_chunksize=25))])  # several chunks
+    got = job.read_sorted(data, table.column_names, ds.field("row") >= 0)
+    want = table.take(pc.sort_indices(table, options=sort_options()))
+    assert got.equals(want) and not table.equals(want)
+    assert got.column("row").to_pylist() == list(range(40, 80)) + list(range(80, 120)) + list(range(0, 40))
