@@ -445,17 +445,19 @@ def _requests(table, order, bounds, conns, action, closed_here, fids, ts) -> lis
     fields = [f for f in _REQUEST_FIELDS if f in table.column_names]
     values = {f: _at(table, f, rows_kept).to_pylist() for f in fields}
     fid_list = fids(rows_kept).to_pylist()
+    records = [dict(zip(fields, row)) for row in zip(*(values[f] for f in fields))] if fields else [{}] * len(rows_kept)
+    firsts = np.asarray(bounds, np.int64)[np.asarray(conns, np.int64)]  # each connection's first row: its ids, one take
+    cids = _at(table, "connection_id", firsts).to_pylist()
+    captures = _at(table, "capture_id", firsts).to_pylist() if "capture_id" in table.column_names else [None] * len(firsts)
+    dialects = _at(table, "dialect", firsts).to_pylist()
     out: list[tuple] = []
     start = 0
-    for c, end in zip(conns, ends):
-        lo = bounds[c]
-        first = np.array([lo], np.int64)
-        cid = _at(table, "connection_id", first)[0].as_py()
-        capture = _at(table, "capture_id", first)[0].as_py() if "capture_id" in table.column_names else None
+    for k, end in enumerate(ends):
+        capture = captures[k]
         sink = Output()
-        matcher = RequestMatcher(cid, _at(table, "dialect", first)[0].as_py(), sink)
+        matcher = RequestMatcher(cids[k], dialects[k], sink)
         for j in range(start, end):
-            f = {k: values[k][j] for k in fields}
+            f = records[j]
             i = rows_kept[j]
             n = f.get("channel") or 0
             matcher.on_method(f, (f.get("class_name"), f.get("method_name")), n, f["direction"], fid_list[j], int(ts[i]))
