@@ -120,7 +120,11 @@ class Kept:
             col = self._cache.get(name)
         if col is None:
             assert self._source is not None, "a Kept's table is made once"
-            col, rows = self._source.column(name), self._rows[rows]
+            source = self._source.column(name)
+            if _small_chunks(source):  # the kept rows made one array once, rather than joined for each take
+                col = self.column(name)
+            else:
+                col, rows = source, self._rows[rows]
         return take_span(col, rows)
 
     def set_column(self, i: int, name: str, column) -> "Kept":
@@ -149,30 +153,40 @@ class Kept:
         return pa.Table.from_arrays(out, schema=schema)
 
 
+SMALL_CHUNK = 4096  # rows: chunks shorter than this on average are joined, not taken from one at a time
+
+
+def _small_chunks(column: pa.ChunkedArray) -> bool:
+    """Whether a column's chunks are short (the fused lifecycle's held batches; not the Parquet reads' row groups)."""
+    return column.num_chunks > 1 and len(column) < column.num_chunks * SMALL_CHUNK
+
+
 def take_span(column: pa.ChunkedArray | pa.Array, rows: np.ndarray) -> pa.Array:
-    """``column``'s values at ``rows`` as one array, taken chunk by chunk from the chunks that hold them: a
-    ChunkedArray's take joins every chunk first, however few the rows (pyarrow 26: 29 ms against 0.1 ms for 8,192
-    rows of a 3.4M-row string column of 26 chunks, a cost per slice of a long connection's deliveries and flow
-    events, and per connection of its rare frames)."""
+    """``column``'s values at ``rows`` as one array. A ChunkedArray's take joins every chunk first, however few the
+    rows (pyarrow 26: 29 ms against 0.1 ms for 8,192 rows of a 3.4M-row string column of 26 chunks, a cost per slice
+    of a long connection's deliveries and flow events, and per connection of its rare frames): only the chunks the
+    rows span are joined, and where the rows are few against that span, they are taken chunk by chunk instead."""
     rows = np.asarray(rows, np.int64)
     if not isinstance(column, pa.ChunkedArray):
         return column.take(pa.array(rows))
-    if column.num_chunks == 1:
-        return column.chunk(0).take(pa.array(rows))
     if not len(rows):
         return pa.array([], column.type)
-    ends = np.cumsum([len(c) for c in column.chunks])
+    lo = int(rows.min())
+    span = column.slice(lo, int(rows.max()) - lo + 1)
+    rows = rows - lo
+    if span.num_chunks == 1:
+        return span.chunk(0).take(pa.array(rows))
+    if len(rows) * 4 >= len(span) or _small_chunks(span):  # most of the span, or chunks too small to go one by one
+        return span.combine_chunks().take(pa.array(rows))
+    ends = np.cumsum([len(c) for c in span.chunks])
     which = np.searchsorted(ends, rows, side="right")
-    first = int(which[0])
-    if (which == first).all():
-        return column.chunk(first).take(pa.array(rows - (ends[first] - len(column.chunk(first)))))
     grouped = bool((which[1:] >= which[:-1]).all())  # the rows' chunks in order: the parts are in the rows' order
     by_chunk = np.arange(len(rows)) if grouped else np.argsort(which, kind="stable")
     cut = np.flatnonzero(np.diff(which[by_chunk])) + 1
     parts = []
     for sel in np.split(by_chunk, cut):
         c = int(which[sel[0]])
-        parts.append(column.chunk(c).take(pa.array(rows[sel] - (ends[c] - len(column.chunk(c))))))
+        parts.append(span.chunk(c).take(pa.array(rows[sel] - (ends[c] - len(span.chunk(c))))))
     if grouped:
         return pa.concat_arrays(parts)
     back = np.empty(len(rows), np.int64)
