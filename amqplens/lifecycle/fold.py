@@ -85,21 +85,22 @@ class Kept:
     """The rows ``fold`` keeps as a table whose columns are taken from the source on first use (``column``): the
     array pass reads about twenty of a frame's thirty-odd columns, and takes most output values a slice at a time
     (``take``), so the rows kept are not copied whole (on the 2 GB load capture's 3.4M-frame connection that copy of
-    1.5M rows was 1.8 of 9.9 CPU s of its lifecycle). ``table()`` gives them all as a ``pa.Table`` (the rows the
-    machines take), letting the source's columns go as it copies them when nothing else holds the source."""
+    1.5M rows was 1.8 of 9.9 CPU s of its lifecycle). A source column is let go once its kept rows are made (the
+    made column has every value a take or ``table`` needs), so the source and its copy are not both held.
+    ``table()`` gives the rows as a ``pa.Table`` (the rows the machines take), letting each column go as it is copied."""
 
     def __init__(self, source: pa.Table, rows: np.ndarray, added: dict[str, pa.Array]) -> None:
-        self._source: pa.Table | None = source
+        self._fields = {f.name: f for f in source.schema}
+        self._columns: dict[str, pa.ChunkedArray] = dict(zip(source.column_names, source.columns))
         self._rows = rows
         self._added = dict(added)
-        self._cache: dict[str, pa.Array | pa.ChunkedArray] = {}
+        self._cache: dict[str, pa.ChunkedArray] = {}
         self.num_rows = len(rows)
         self.column_names = [*source.column_names, *(c for c in added if c not in source.column_names)]
 
     @property
     def schema(self) -> pa.Schema:
-        assert self._source is not None, "a Kept's table is made once"
-        fields = {f.name: f for f in self._source.schema}
+        fields = dict(self._fields)
         fields.update({k: pa.field(k, v.type) for k, v in self._added.items()})
         return pa.schema([fields[c] for c in self.column_names])
 
@@ -108,8 +109,7 @@ class Kept:
         if col is None:
             col = self._cache.get(name)
         if col is None:
-            assert self._source is not None, "a Kept's table is made once"
-            col = self._cache[name] = pa.chunked_array([take_span(self._source.column(name), self._rows)])
+            col = self._cache[name] = pa.chunked_array([take_span(self._columns.pop(name), self._rows)])
         return col
 
     def take(self, name: str, rows: np.ndarray) -> pa.Array:
@@ -119,8 +119,7 @@ class Kept:
         if col is None:
             col = self._cache.get(name)
         if col is None:
-            assert self._source is not None, "a Kept's table is made once"
-            source = self._source.column(name)
+            source = self._columns[name]
             if _small_chunks(source):  # the kept rows made one array once, rather than joined for each take
                 col = self.column(name)
             else:
@@ -129,27 +128,26 @@ class Kept:
 
     def set_column(self, i: int, name: str, column) -> "Kept":
         out = Kept.__new__(Kept)
-        out._source, out._rows, out._added, out._cache = self._source, self._rows, {**self._added, name: column}, self._cache
+        out._fields, out._columns, out._rows, out._cache = self._fields, self._columns, self._rows, self._cache
+        out._added = {**self._added, name: column}
         out.num_rows, out.column_names = self.num_rows, self.column_names
         return out
 
     def table(self, mask: np.ndarray | None = None) -> pa.Table:
         """The rows kept (those ``mask`` selects, all without one) as a table; this object is spent."""
         schema = self.schema
-        source, self._source = self._source, None
-        assert source is not None
         pick = self._rows if mask is None else self._rows[mask]
-        names = self.column_names
-        columns = dict(zip(source.column_names, source.columns))
-        del source
+        keep = None if mask is None else pa.array(mask)
         out = []
-        for name in names:
-            if name in self._added:
-                col = self._added[name]
-                out.append(col if mask is None else col.filter(pa.array(mask)))
+        for name in self.column_names:
+            made = self._added.get(name)
+            if made is None:
+                made = self._cache.pop(name, None)
+            if made is not None:
+                out.append(made if keep is None else made.filter(keep))
             else:
-                out.append(take_span(columns.pop(name), pick))  # each source column let go once copied
-        self._cache.clear()
+                out.append(take_span(self._columns.pop(name), pick))  # each source column let go once copied
+        self._columns, self._cache = {}, {}
         return pa.Table.from_arrays(out, schema=schema)
 
 
