@@ -353,12 +353,11 @@ def _with_first(first: pa.Array, rest: pa.Array) -> pa.Array:
 
 
 def _deliveries(table, rows, action, state, by, by_ts, dtag, rec_queue, fids, ts, auto) -> pa.Table:
-    take = rows
     publish = action[rows] == A_PUBLISH
     n = len(rows)
-    cid = _col(table, "connection_id", take, pa.string())
-    channel = _col(table, "channel", take, pa.int32())
-    seq = _col(table, "message_seq", take, pa.int64())
+    cid = _col(table, "connection_id", rows, pa.string())
+    channel = _col(table, "channel", rows, pa.int32())
+    seq = _col(table, "message_seq", rows, pa.int64())
     side = _labels((FROM_BROKER, TO_BROKER), publish.astype(np.int64))
     # the outcome's name: the publish machine's names, then the delivery machine's
     outcome = _labels(_P[0] + _D[0], np.where(publish, np.minimum(state[rows], len(_P[0]) - 1),
@@ -368,34 +367,36 @@ def _deliveries(table, rows, action, state, by, by_ts, dtag, rec_queue, fids, ts
     sent = pa.array(sent_np, pa.int64())
     settled_ts = pa.array(np.where(settled, by_ts[rows], 0), pa.int64(), mask=~settled)
     latency = pa.array(np.where(settled, by_ts[rows] - sent_np, 0), pa.int64(), mask=~settled)
-    settled_by = _null_where(fids(np.where(settled, by[rows], by[rows][settled].min() if settled.any() else 0)), ~settled)
+    settling = by[rows]
+    # an unsettled row takes a settling frame's id, nulled after: the take spans the settling frames only
+    settled_by = _null_where(fids(np.where(settled, settling, settling[settled].min() if settled.any() else 0)), ~settled)
     source = np.where(publish, -1, rec_queue[rows])
     queue = _null_where(_col(table, "queue", np.maximum(source, 0), pa.string()), source < 0)
-    props = _col(table, "fold_properties_json", take, pa.string())
+    props = _col(table, "fold_properties_json", rows, pa.string())
     message_id, correlation_id, content_type, delivery_mode, priority = _properties(props)
     confirm = publish & (dtag[rows] > 0)
     columns = {
         "delivery_id": pc.binary_join_element_wise(cid, side, channel.cast(pa.string()), seq.cast(pa.string()), "-"),
-        "connection_id": cid, "dialect": _col(table, "dialect", take, pa.string()), "direction": side, "channel": channel,
-        "consumer_tag": _null_where(_col(table, "consumer_tag", take, pa.string()), action[rows] != A_DELIVER),
+        "connection_id": cid, "dialect": _col(table, "dialect", rows, pa.string()), "direction": side, "channel": channel,
+        "consumer_tag": _null_where(_col(table, "consumer_tag", rows, pa.string()), action[rows] != A_DELIVER),
         "link_handle": pa.nulls(n, pa.int64()), "link_name": pa.nulls(n, pa.string()),
-        "delivery_tag": _delivery_tags(table, take, publish, confirm, dtag[rows]),
+        "delivery_tag": _delivery_tags(table, rows, publish, confirm, dtag[rows]),
         "transfer_id": pa.nulls(n, pa.int64()), "delivery_tag_bin": pa.nulls(n, pa.binary()),
-        "method": _col(table, "method_name", take, pa.string()),
-        "exchange": _col(table, "exchange", take, pa.string()), "routing_key": _col(table, "routing_key", take, pa.string()),
+        "method": _col(table, "method_name", rows, pa.string()),
+        "exchange": _col(table, "exchange", rows, pa.string()), "routing_key": _col(table, "routing_key", rows, pa.string()),
         "queue": queue, "message_id": message_id, "correlation_id": correlation_id, "content_type": content_type,
         "delivery_mode": delivery_mode, "priority": priority, "properties_json": props,
-        "body_size": _col(table, "fold_body_size", take, pa.int64()), "body_sha256": _col(table, "fold_body_sha256", take, pa.string()),
-        "redelivered": _null_where(_col(table, "redelivered", take, pa.bool_()), publish),
+        "body_size": _col(table, "fold_body_size", rows, pa.int64()), "body_sha256": _col(table, "fold_body_sha256", rows, pa.string()),
+        "redelivered": _null_where(_col(table, "redelivered", rows, pa.bool_()), publish),
         "settle_mode": _labels(("confirm", "no_confirm", "auto_ack", "manual_ack"),
                                np.where(publish, np.where(confirm, 0, 1), np.where(auto[rows], 2, 3))),
         "sent_ts_us": sent, "settled_ts_us": settled_ts, "settle_latency_us": latency,
         "outcome": outcome, "settled_by_frame_id": settled_by,
-        "frame_ids": _with_first(fids(take), _col(table, "fold_frame_ids", take, pa.list_(pa.string()))),
+        "frame_ids": _with_first(fids(rows), _col(table, "fold_frame_ids", rows, pa.list_(pa.string()))),
         "flags": pa.nulls(n, pa.list_(pa.string())),
     }
     assert tuple(columns) == DELIVERY_KEYS
-    return pa.table({"capture_id": _col(table, "capture_id", take, pa.string()), **columns})
+    return pa.table({"capture_id": _col(table, "capture_id", rows, pa.string()), **columns})
 
 
 def _delivery_tags(table, take, publish, confirm, dtag) -> pa.Array:
