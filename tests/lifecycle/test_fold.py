@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -273,3 +274,34 @@ def test_the_array_path_raising_leaves_the_capture_to_the_lifecycle_job(monkeypa
         list(fused.frames("cap", chunk))
     list(fused.finish())
     assert fused.failed == {"cap": "RuntimeError: array bug"}
+
+
+@pytest.mark.parametrize("chunk", [3, 5000])
+def test_take_span_and_kept_give_a_plain_take(chunk):
+    """``take_span`` (chunk by chunk, a span joined, or short chunks joined) and a ``Kept``'s columns, takes and
+    table give what a take from the joined column gives: rows sorted, shuffled, few, many, repeated and none, from a
+    string and an integer column of short and of long chunks, with nulls."""
+    from amqplens.lifecycle.fold import Kept, take_span
+
+    rng = np.random.default_rng(chunk)
+    n = 20_000
+    text = [None if i % 7 == 0 else f"v{i}" for i in range(n)]
+    source = pa.table({"s": pa.chunked_array([pa.array(text[i:i + chunk]) for i in range(0, n, chunk)]),
+                       "i": pa.chunked_array([pa.array(np.arange(i, min(n, i + chunk))) for i in range(0, n, chunk)])})
+    for rows in (np.arange(n), np.sort(rng.choice(n, 300, replace=False)), rng.permutation(n)[:5000],
+                 rng.integers(0, n, 40), np.array([n - 1, 0, n - 1]), np.zeros(0, np.int64), np.arange(100, 9000)):
+        for name in ("s", "i"):
+            want = source.column(name).combine_chunks().take(pa.array(rows, pa.int64()))
+            assert take_span(source.column(name), rows).equals(want), (name, len(rows))
+    kept_rows = np.sort(rng.choice(n, 6000, replace=False))
+    plain = source.take(pa.array(kept_rows))
+    added = {"x": pa.array(np.arange(len(kept_rows)))}
+    kept = Kept(source, kept_rows, added)
+    some = rng.integers(0, len(kept_rows), 500)
+    assert kept.take("s", some).equals(plain.column("s").combine_chunks().take(pa.array(some)))
+    assert kept.column("i").combine_chunks().equals(plain.column("i").combine_chunks())
+    assert kept.take("i", some).equals(plain.column("i").combine_chunks().take(pa.array(some)))  # from the made column
+    mask = rng.random(len(kept_rows)) < 0.3
+    got = kept.table(mask)
+    want = plain.append_column("x", added["x"]).filter(pa.array(mask))
+    assert got.column_names == ["s", "i", "x"] and got.equals(want.cast(got.schema))
