@@ -269,11 +269,12 @@ def read_sorted(data, columns: list[str], where) -> pa.Table:
     table = data.to_table(columns=columns, filter=where, batch_readahead=2, fragment_readahead=1)
     order = pc.sort_indices(table, options=sort_options())
     at = order.to_numpy()
-    if not len(at) or (at[0] == 0 and bool(np.all(np.diff(at) == 1))):
-        return table  # in order already (a task of one connection, written in order): no copy
+    if not len(at):
+        return table
     starts = np.flatnonzero(np.r_[True, np.diff(at) != 1])
     if len(starts) <= SLICED_RUNS:
-        # a few runs of rows in order already (each connection is written in its sorted order): the sorted table as
+        # in order already (a task of one connection: one run), or a few runs of rows in order already (each
+        # connection is written in its sorted order): the sorted table as
         # slices of the one read, no copy (the copies were 297 of 2,354 samples of the 2 GB capture's job). Not for
         # many runs: a task of 10,000 short connections made so took 18.9 CPU s against 4.9 (a slice of a table of
         # thousands of chunks, and what each group does per chunk)

@@ -446,7 +446,7 @@ def _requests(table, order, bounds, conns, action, closed_here, fids, ts) -> lis
     fields = [f for f in _REQUEST_FIELDS if f in table.column_names]
     values = {f: _at(table, f, rows_kept).to_pylist() for f in fields}
     fid_list = fids(rows_kept).to_pylist()
-    records = [dict(zip(fields, row)) for row in zip(*(values[f] for f in fields))] if fields else [{}] * len(rows_kept)
+    records = [dict(zip(fields, row)) for row in zip(*(values[f] for f in fields))]
     firsts = np.asarray(bounds, np.int64)[np.asarray(conns, np.int64)]  # each connection's first row: its ids, one take
     cids = _at(table, "connection_id", firsts).to_pylist()
     captures = _at(table, "capture_id", firsts).to_pylist() if "capture_id" in table.column_names else [None] * len(firsts)

@@ -177,6 +177,7 @@ def take_span(column: pa.ChunkedArray | pa.Array, rows: np.ndarray) -> pa.Array:
     if len(rows) * 4 >= len(span) or _small_chunks(span):  # most of the span, or chunks too small to go one by one
         return span.combine_chunks().take(pa.array(rows))
     ends = np.cumsum([len(c) for c in span.chunks])
+    firsts = ends - np.array([len(c) for c in span.chunks])  # each chunk's first row in the span
     which = np.searchsorted(ends, rows, side="right")
     grouped = bool((which[1:] >= which[:-1]).all())  # the rows' chunks in order: the parts are in the rows' order
     by_chunk = np.arange(len(rows)) if grouped else np.argsort(which, kind="stable")
@@ -184,7 +185,7 @@ def take_span(column: pa.ChunkedArray | pa.Array, rows: np.ndarray) -> pa.Array:
     parts = []
     for sel in np.split(by_chunk, cut):
         c = int(which[sel[0]])
-        parts.append(span.chunk(c).take(pa.array(rows[sel] - (ends[c] - len(span.chunk(c))))))
+        parts.append(span.chunk(c).take(pa.array(rows[sel] - firsts[c])))
     if grouped:
         return pa.concat_arrays(parts)
     back = np.empty(len(rows), np.int64)

@@ -114,7 +114,6 @@ def _blocks_numba(h, buf, a, n):
 
 
 if _TRANSFORM is not None:
-    _transform = _TRANSFORM
 
     @njit(cache=True, nogil=True)
     def _blocks(h, buf, a, n):
@@ -129,7 +128,7 @@ if _TRANSFORM is not None:
         p = ctx.ctypes.data
         base = buf.ctypes.data + a
         for k in range(n):
-            _transform(p, base + 64 * k)
+            _TRANSFORM(p, base + 64 * k)
         for i in range(8):
             h[i] = ctx[i]
 else:
