@@ -1,15 +1,21 @@
 """Decode throughput on a synthetic stream of small transfers (single core).
 
     .venv/bin/python -m tests.v1_0.bench_decode [messages]
+    .venv/bin/python -m tests.v1_0.bench_decode walk [messages]
 
 Each message is one transfer frame (handle, delivery-id, delivery-tag,
 message-format) carrying header, properties, application-properties and a
 64-byte data section, followed by a flow every 10 messages.
+
+``walk``: the reference decoder against the compiled frame walk (``v1_0.hot_kernel``) per frame, on that stream and
+on ``conversation.load`` (a sender and a receiver: transfers of several sizes and encodings, some over two frames,
+flows and dispositions both ways), best of three each.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
 from amqplens.decode.v1_0 import Amqp10StreamDecoder
 from tests.v0_9_1.bench_decode import measure
@@ -36,5 +42,39 @@ def main(messages: int = 100_000, segment: int = 65536) -> None:
     measure(Amqp10StreamDecoder("bench"), synthetic(messages), segment)
 
 
+def _best(fn, repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t0)
+    return best
+
+
+def walk(messages: int = 20_000) -> None:
+    """Per frame: the reference decoder (whole streams, rows drained), the walk, the walk and the bodies' hashes."""
+    import numpy as np
+
+    from amqplens.decode.v1_0 import hot_kernel as hk
+    from amqplens.decode.v1_0.stream import decode_streams
+
+    from .conversation import load
+
+    for name, streams in (("synthetic", (synthetic(messages), b"")), ("load", load(messages))):
+        frames = len(decode_streams(*streams)[0])
+        bufs = [np.frombuffer(s, np.uint8) for s in streams]
+        hk.bodies(bufs[0], hk.walk_stream(bufs[0], 1 << 20)[0])  # compiled or loaded from the disk cache
+        ref = _best(lambda: decode_streams(*streams), 1)
+        walked = _best(lambda: [hk.walk_stream(b, 1 << 20) for b in bufs])
+        hot = sum(int((hk.walk_stream(b, 1 << 20)[0][:, hk.R_HOT] == 1).sum()) for b in bufs)
+        hashed = _best(lambda: [hk.bodies(b, hk.walk_stream(b, 1 << 20)[0]) for b in bufs])
+        mb = sum(len(s) for s in streams) / 1e6
+        print(f"{name}: {frames:,} frames ({hot:,} read by the walk), {mb:.1f} MB: reference {ref / frames * 1e6:.2f} us/frame, "
+              f"walk {walked / frames * 1e9:.0f} ns/frame, walk + bodies {hashed / frames * 1e9:.0f} ns/frame")
+
+
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:]))
+    if sys.argv[1:2] == ["walk"]:
+        walk(*(int(a) for a in sys.argv[2:]))
+    else:
+        main(*(int(a) for a in sys.argv[1:]))

@@ -7,6 +7,8 @@ credit and a delivered message, dispositions, detach with an error, end, close.
 
 from __future__ import annotations
 
+import random
+
 from . import encoder as E
 
 USER = "guest"
@@ -81,4 +83,43 @@ def conversation(password: str = PASSWORD) -> tuple[bytes, bytes]:
         E.performative("end", channel=3),
         E.performative("close", error=E.composite("error", condition=E.symbol("amqp:connection:forced"), description="shutdown")),
     ]
+    return b"".join(c), b"".join(s)
+
+
+def load(messages: int = 200, seed: int = 0) -> tuple[bytes, bytes]:
+    """A sender and a receiver under load, in every encoding the walk reads (and some it leaves): transfers with
+    settled / more / rcv-settle-mode / states, messages over several transfers, flows, dispositions of both roles."""
+    rng = random.Random(seed)
+    c = [E.AMQP_HEADER, E.performative("open", container_id="c"), E.performative("begin", channel=2, next_outgoing_id=0,
+                                                                                     incoming_window=2**31, outgoing_window=9)]
+    s = [E.AMQP_HEADER, E.performative("open", container_id="s")]
+    for i in range(messages):
+        body = rng.randbytes(rng.choice([0, 1, 63, 64, 65, 300, 5000]))
+        payload = message(body, f"m{i}") if i % 3 else E.section("amqp-value", E.string("v" * (i % 50)))
+        fields = dict(handle=i % 3, delivery_id=i, delivery_tag=(i % 256).to_bytes(1, "big") if i % 3 == 0 else i.to_bytes(rng.choice([4, 8]), "big"), message_format=0)
+        if i % 4 == 0:
+            fields["settled"] = bool(i % 8)
+        if i % 5 == 0:
+            fields["rcv_settle_mode"] = i % 2
+        if i % 7 == 0:  # over two transfers
+            cut = len(payload) // 2
+            c.append(E.performative("transfer", channel=2, payload=payload[:cut], more=True, **fields))
+            c.append(E.performative("transfer", channel=2, payload=payload[cut:], handle=i % 3))
+        else:
+            c.append(E.performative("transfer", channel=2, payload=payload, **fields))
+        if i % 10 == 0:
+            c.append(E.frame(E.encode(E.described(0x13, E.lst(E.uint(i), E.uint(100), (0x70, i), (0x80, 2**40), E.uint(1),
+                                                            E.uint(i), (0x52, 5), (0x40, None), (0x56, 1), E.boolean(False)))),
+                             channel=2))
+        if i % 2:
+            state = E.composite("accepted") if i % 3 else E.composite("released")
+            s.append(E.performative("disposition", channel=2, role=True, first=i - 1, last=i, settled=True, state=state))
+        if i % 11 == 0:
+            s.append(E.performative("flow", channel=2, next_incoming_id=i, incoming_window=2**31 - 1, next_outgoing_id=0,
+                                    outgoing_window=0, handle=i % 3, delivery_count=i, link_credit=1000, echo=True))
+        if i % 13 == 0:  # left to the reference: a rejected state, an unknown performative field, a described handle
+            s.append(E.performative("disposition", channel=2, role=True, first=i, state=E.composite("rejected")))
+            c.append(E.frame(E.encode(E.described(0x15, E.lst(E.boolean(False), E.uint(i), E.uint(i), E.boolean(True),
+                                                            (0x40, None), E.boolean(False), E.uint(9)))), channel=2))
+            c.append(E.frame(E.encode(E.described(0x13, E.lst((0x71, 5)))), channel=2))
     return b"".join(c), b"".join(s)
