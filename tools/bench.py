@@ -88,7 +88,8 @@ def _median(xs: list[float]) -> float | None:
 def ensure_capture(out: Path, size_mb: float, seed: int, profile: str = "mixed") -> tuple[Path, dict, dict | None]:
     """The cached generated capture for (size, seed, profile), generating it when missing or stale.
 
-    Profiles: mixed (tools.gen_capture: every message its own body) or one of tools.gen_load's (real load).
+    Profiles: mixed (tools.gen_capture: every message its own body), one of tools.gen_load's (real load) or load10
+    (tools.gen_load10: AMQP 1.0 under load).
     """
     from tools.gen_capture import GENERATOR_VERSION, generate, sidecar_path
     from tools.gen_load import generate_load
@@ -107,7 +108,14 @@ def ensure_capture(out: Path, size_mb: float, seed: int, profile: str = "mixed")
             pass
     print(f"capture: generating {path} ({size_mb:g} MB, seed {seed}, {profile}) ...", flush=True)
     t0, c0 = time.perf_counter(), time.process_time()
-    truth = generate(path, size_mb, seed=seed) if profile == "mixed" else generate_load(path, size_mb, profile=profile, seed=seed)
+    if profile == "mixed":
+        truth = generate(path, size_mb, seed=seed)
+    elif profile == "load10":
+        from tools.gen_load10 import generate_load10
+
+        truth = generate_load10(path, size_mb, seed=seed)
+    else:
+        truth = generate_load(path, size_mb, profile=profile, seed=seed)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     gen = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
            "mb_per_s_wall": round(truth["file_bytes"] / MB / wall, 1),
@@ -529,8 +537,29 @@ def check_lake(lake: Path, truth: dict | None, tshark_frames: dict | None) -> di
                 diff = sorted(k for k in set(got_m) | set(want_m) if got_m.get(k) != want_m.get(k))
                 out["methods_mismatches"] = [f"{c}.{mm}: got {got_m.get((c, mm))} expected {want_m.get((c, mm))}"
                                              for c, mm in diff[:10]]
+        if truth and truth.get("performatives") and "performative" in names:  # an AMQP 1.0 capture (tools/gen_load10.py)
+            got_p = {r["performative"]: r["performative_count"]
+                     for r in frames.group_by("performative").aggregate([("performative", "count")]).to_pylist()
+                     if r["performative"] is not None}
+            out["performatives_ok"] = got_p == truth["performatives"]
+            if got_p != truth["performatives"]:
+                out["performatives_mismatches"] = {k: (got_p.get(k), truth["performatives"].get(k))
+                                                   for k in set(got_p) | set(truth["performatives"])
+                                                   if got_p.get(k) != truth["performatives"].get(k)}
     else:
         out["frames_rows"] = None  # no frames table yet (the 0-9-1 codec stage has not landed)
+    if truth and truth.get("performatives"):  # an AMQP 1.0 capture: each message one delivery, settled as generated
+        try:
+            deliveries = table("deliveries")
+        except Exception as exc:  # noqa: BLE001 - report, never crash the benchmark
+            deliveries, out["deliveries_error"] = None, f"{type(exc).__name__}: {exc}"
+        if deliveries is not None:
+            outcomes = {r["outcome"]: r["outcome_count"]
+                        for r in deliveries.group_by("outcome").aggregate([("outcome", "count")]).to_pylist()}
+            out["deliveries_rows"] = deliveries.num_rows
+            out["deliveries_ok"] = (deliveries.num_rows == truth["messages_published"] + truth["messages_delivered"]
+                                    and outcomes.get("released", 0) == truth["messages_released"]
+                                    and outcomes.get("rejected", 0) == truth["messages_rejected"])
     return out
 
 
@@ -916,10 +945,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", help="several sizes, comma-separated (e.g. 100,300,1000,2000)")
     ap.add_argument("--capture", type=Path, help="benchmark this capture instead of generating one")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--profile", default="load", choices=("mixed", *PROFILES),
+    ap.add_argument("--profile", default="load", choices=("mixed", "load10", *PROFILES),
                     help="what the generated capture holds: load (default; real load: repeating bodies, a hot queue, "
                          "10,000 short-lived connections), issue19 (8 connections, the 300 MB capture of issue 19), "
-                         "mixed (tools.gen_capture: every message its own body)")
+                         "load10 (AMQP 1.0: links with credit, dispositions, 2,000 short-lived connections; "
+                         "tools.gen_load10), mixed (tools.gen_capture: every message its own body)")
     ap.add_argument("--repeat", type=int, default=3, help="alternating runs of each side (default 3)")
     ap.add_argument("--out", default="bench-out", help="captures, logs and JSON results (default bench-out/)")
     ap.add_argument("--master", default="local[2]", help="spark.master for the pipeline (default local[2])")

@@ -637,6 +637,11 @@ class _Generator:
         t = self.send(u, t, conn, True, m(0, spec.Connection.Close(
             reply_code=200, reply_text="Normal shutdown", class_id=0, method_id=0)), reply=True)
         t = self.send(u, t, conn, False, m(0, spec.Connection.CloseOk()), reply=True)
+        return u, self.fin(u, t, conn)
+
+    def fin(self, u: list, t: int, conn: _Conn) -> int:
+        """The client's FIN, the broker's, the last ACK: the connection closed; returns the time after."""
+        rng = self.rng
         c, s = conn.c, conn.s
         u.append((t, c, s, c.seq, s.seq, FIN | ACK, b""))
         c.seq = (c.seq + 1) & 0xFFFFFFFF
@@ -646,7 +651,7 @@ class _Generator:
         t += rng.randint(30, 100)
         u.append((t, c, s, c.seq, s.seq, ACK, b""))
         conn.state = "closed"
-        return u, t + 1
+        return t + 1
 
     def unit_traffic(self, t: int, conn: _Conn) -> tuple[list, int]:
         rng = self.rng
