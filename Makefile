@@ -13,6 +13,8 @@ BENCH_SIZE_MB ?= 100
 # the whole `amqplens run` at four sizes of real load (tools/gen_load.py); BENCH_SIZES= for one size
 BENCH_SIZES ?= 100,300,1000,2000
 BENCH_ARGS ?= --repeat 1
+# then AMQP 1.0 under load (tools/gen_load10.py) at these sizes; BENCH10_SIZES= for none
+BENCH10_SIZES ?= 100
 DIST ?= dist
 # the job-level fuzz campaign (tools/fuzz_jobs.py): FUZZ_MUTANTS mutants of every fixture family, FUZZ_BATCH per run
 FUZZ_MUTANTS ?= 400
@@ -70,6 +72,7 @@ test-fast: $(STAMP)
 
 bench: java $(STAMP)
 	$(PY) -m tools.bench $(if $(BENCH_SIZES),--sizes $(BENCH_SIZES),--size-mb $(BENCH_SIZE_MB)) $(BENCH_ARGS)
+	$(if $(BENCH10_SIZES),$(PY) -m tools.bench --profile load10 --sizes $(BENCH10_SIZES) $(BENCH_ARGS))
 
 # TLS decryption cost per GB on the TLS twin (about 307 MB) of a 320 MB capture (tools/bench_tls.py)
 bench-tls: $(STAMP)
