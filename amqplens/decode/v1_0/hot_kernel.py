@@ -13,7 +13,8 @@ payload (Part 3 §3.2) to its body, hashed with the 0-9-1 content pass's SHA-256
 of each data section's binary, the encoded value of an amqp-sequence or amqp-value section (``messages.py``).
 
 The reference is the Python decoder: ``tests/v1_0/test_hot_kernel.py`` compares every column with its rows on the
-1.0 fixtures, generated streams and mutations of them; ``tools/bench_hotpath10.py`` measures it.
+1.0 fixtures, generated streams and mutations of them; ``python -m tests.v1_0.bench_decode walk`` measures it
+(docs/performance.md, "AMQP 1.0 under load").
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ N_REC = 32
 FLOW, TRANSFER, DISPOSITION = 0x13, 0x14, 0x15
 ACCEPTED, RELEASED = 0x24, 0x26
 DATA, AMQP_SEQUENCE, AMQP_VALUE = 0x75, 0x76, 0x77
-NULL, BAD = -1, -2
 # value kinds of a field
 K_UINT, K_BOOL, K_UBYTE, K_BINARY, K_STATE, K_NULL_ONLY = range(6)
 # each hot performative's fields in the spec's order: (kind, column)
