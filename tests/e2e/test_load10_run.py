@@ -4,7 +4,8 @@ The capture: SASL and both protocol headers on every connection, 2 senders and 2
 connections, dispositions for runs of deliveries, released and rejected messages, messages over several
 transfers. The run must exit 0 (no failed capture, no broken invariant) and its tables must hold what the generator
 wrote: one frame row per frame and performative, one delivery per message with the outcome it was settled with,
-link credit rows for the receivers' flows, and the report.
+link credit rows for the receivers' flows, whole-capture metrics that count the same (settle latencies, a
+request/response pair per connection and performative, the receivers' outcomes), and the report.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ def run(spark, tmp_path_factory):
 
 def _table(store, name):
     return store.delta(name).to_pyarrow_table()
+
+
+def _whole(metrics):
+    """The capture's whole-capture rows of a metrics table."""
+    return metrics.filter(pc.and_(pc.equal(metrics.column("entity_kind"), "capture"), pc.equal(metrics.column("bucket_seconds"), 0)))
 
 
 def test_the_run_exits_0_and_writes_its_report(run):
@@ -71,3 +77,21 @@ def test_link_credit_rows_for_every_flow_of_a_link(run):
     granted = collections.Counter(links.column("event").to_pylist())
     assert granted["credit"] + granted["flow"] == truth["performatives"]["flow"]
     assert granted["transfer"] == truth["messages_published"] + truth["messages_delivered"]
+
+
+def test_whole_capture_metrics_count_what_the_generator_sent(run):
+    """The capture's whole-capture rows (bucket_seconds 0): settle latencies for every transfer both ways, none
+    missing; a request/response pair per connection for open, begin, attach, detach, end and close; the
+    settlement outcomes the receivers chose."""
+    _, truth, store, _ = run
+    latency = _whole(_table(store, "metrics_latency")).to_pylist()
+    settle = {r["direction"]: (r["count"], r["missing"]) for r in latency if r["metric"] == "transfer_settle"}
+    assert settle == {"to_broker": (truth["messages_published"], 0), "from_broker": (truth["messages_delivered"], 0)}
+    pairs = {r["method"]: r["count"] for r in latency if r["metric"] == "request_response"}
+    n = len(truth["connections"])
+    assert pairs == dict.fromkeys(("open", "begin", "attach", "detach", "end", "close"), n)
+    outcome = {(r["direction"], r["value"]): r["count"] for r in _whole(_table(store, "metrics_settlement")).to_pylist()
+               if r["measure"] == "outcome"}
+    assert outcome[("to_broker", "accepted")] == truth["messages_published"]
+    assert outcome.get(("from_broker", "released"), 0) == truth["messages_released"] > 0
+    assert outcome.get(("from_broker", "rejected"), 0) == truth["messages_rejected"]
