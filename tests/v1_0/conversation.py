@@ -117,7 +117,7 @@ def load(messages: int = 200, seed: int = 0) -> tuple[bytes, bytes]:
         if i % 11 == 0:
             s.append(E.performative("flow", channel=2, next_incoming_id=i, incoming_window=2**31 - 1, next_outgoing_id=0,
                                     outgoing_window=0, handle=i % 3, delivery_count=i, link_credit=1000, echo=True))
-        if i % 13 == 0:  # left to the reference: a rejected state, an unknown performative field, a described handle
+        if i % 13 == 0:  # left to the reference: a rejected state, a field past the spec's, a signed int (0x71)
             s.append(E.performative("disposition", channel=2, role=True, first=i, state=E.composite("rejected")))
             c.append(E.frame(E.encode(E.described(0x15, E.lst(E.boolean(False), E.uint(i), E.uint(i), E.boolean(True),
                                                             (0x40, None), E.boolean(False), E.uint(9)))), channel=2))
