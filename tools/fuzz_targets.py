@@ -289,14 +289,15 @@ def _fixture_captures() -> list[pathlib.Path]:
 
 
 class _Recorder:
-    """A StreamConsumer that keeps the first ``SEED_STREAM_BYTES`` of each direction."""
+    """A StreamConsumer that keeps the first ``limit`` bytes of each direction, up to its first hole."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
         self.streams = {TO_SERVER: b"", TO_CLIENT: b""}
 
     def data(self, direction, offset, ts_us, data):
-        if offset == len(self.streams[direction]) < SEED_STREAM_BYTES:
-            self.streams[direction] += data[: SEED_STREAM_BYTES - offset]
+        if offset == len(self.streams[direction]) < self.limit:
+            self.streams[direction] += data[: self.limit - offset]
 
     def gap(self, direction, offset, length, ts_us):
         pass
@@ -305,13 +306,14 @@ class _Recorder:
         pass
 
 
-def _streams_of(path: pathlib.Path) -> list[dict]:
+def streams_of(path: pathlib.Path, limit: int = SEED_STREAM_BYTES) -> list[dict]:
+    """Each connection of the capture at ``path`` as its two directions' first ``limit`` in-order bytes."""
     from amqplens.decode.api import reassemble
 
     recorders: list[_Recorder] = []
 
     def factory(info):
-        recorders.append(_Recorder())
+        recorders.append(_Recorder(limit))
         return recorders[-1]
 
     reassemble(path, factory, capture_id="seed")
@@ -358,7 +360,7 @@ def seeds() -> dict[str, tuple[bytes, ...]]:
             out[family].append(StreamInput(streams[TO_SERVER], streams[TO_CLIENT]).encode())
     for path in _fixture_captures():
         out["capture"].append(path.read_bytes()[:SEED_CAPTURE_BYTES])
-        for streams in _streams_of(path):
+        for streams in streams_of(path):
             family = _family_of(streams)
             if family is not None:
                 out[family].append(StreamInput(streams[TO_SERVER], streams[TO_CLIENT]).encode())

@@ -176,8 +176,9 @@ def take_span(column: pa.ChunkedArray | pa.Array, rows: np.ndarray) -> pa.Array:
         return span.chunk(0).take(pa.array(rows))
     if len(rows) * 4 >= len(span) or _small_chunks(span):  # most of the span, or chunks too small to go one by one
         return span.combine_chunks().take(pa.array(rows))
-    ends = np.cumsum([len(c) for c in span.chunks])
-    firsts = ends - np.array([len(c) for c in span.chunks])  # each chunk's first row in the span
+    lengths = np.array([len(c) for c in span.chunks])
+    ends = np.cumsum(lengths)
+    firsts = ends - lengths  # each chunk's first row in the span
     which = np.searchsorted(ends, rows, side="right")
     grouped = bool((which[1:] >= which[:-1]).all())  # the rows' chunks in order: the parts are in the rows' order
     by_chunk = np.arange(len(rows)) if grouped else np.argsort(which, kind="stable")

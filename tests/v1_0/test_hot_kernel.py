@@ -19,9 +19,9 @@ import pytest
 
 pytest.importorskip("numba")
 
-from amqplens.decode.api import reassemble  # noqa: E402
 from amqplens.decode.v1_0 import hot_kernel as hk  # noqa: E402
 from amqplens.decode.v1_0.stream import decode_streams  # noqa: E402
+from tools import fuzz_targets as ft  # noqa: E402
 
 from . import encoder as E  # noqa: E402
 from .conversation import conversation, load  # noqa: E402
@@ -36,35 +36,6 @@ INTS = {hk.F_HANDLE: "handle", hk.F_FORMAT: "message_format", hk.F_FIRST: "first
         hk.F_OUT_WINDOW: "outgoing_window", hk.F_COUNT: "delivery_count", hk.F_CREDIT: "link_credit",
         hk.F_AVAILABLE: "available"}
 BOOLS = {hk.F_SETTLED: "settled", hk.F_MORE: "more", hk.F_ABORTED: "aborted", hk.F_DRAIN: "drain", hk.F_ECHO: "echo"}
-
-
-class _Streams:
-    """A StreamConsumer keeping each direction's in-order bytes (the fixtures have no gaps)."""
-
-    def __init__(self) -> None:
-        self.streams = {"to_server": bytearray(), "to_client": bytearray()}
-        self.gaps = 0
-
-    def data(self, direction, offset, ts_us, data):
-        self.streams[direction] += data
-
-    def gap(self, direction, offset, length, ts_us):
-        self.gaps += 1
-
-    def close(self, connection):
-        pass
-
-
-def _capture_streams(path) -> list[tuple[bytes, bytes]]:
-    found = []
-
-    def factory(info):
-        s = _Streams()
-        found.append(s)
-        return s
-
-    reassemble(path, factory, amqp_ports=(5672,))
-    return [(bytes(s.streams["to_server"]), bytes(s.streams["to_client"])) for s in found if not s.gaps]
 
 
 def check(to_server: bytes, to_client: bytes) -> int:
@@ -107,9 +78,9 @@ def check(to_server: bytes, to_client: bytes) -> int:
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_the_walk_reads_what_the_reference_reads_on_the_1_0_captures(path):
-    streams = _capture_streams(path)
+    streams = ft.streams_of(path, 1 << 30)  # every connection's in-order bytes, up to a hole
     assert streams
-    hot = sum(check(*s) for s in streams)
+    hot = sum(check(s["to_server"], s["to_client"]) for s in streams)
     assert hot > 0 or "boolean" in path.name  # the boolean-types capture has no transfer, flow or disposition
 
 

@@ -289,14 +289,10 @@ def walk_stream(buf: np.ndarray, limit: int, pos: int = 0, rows: int = 1 << 14) 
     return (np.concatenate(out) if out else np.empty((0, N_REC), np.int64)), pos
 
 
-def bodies(buf: np.ndarray, rec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+@njit(cache=True, nogil=True)
+def bodies(buf, rec):
     """For each hot transfer of ``rec`` that is a whole message (more false or absent): its body size (-1 where
     ``sections`` does not take it) and digest; other rows -1 and zeros."""
-    return _bodies(buf, rec)
-
-
-@njit(cache=True, nogil=True)
-def _bodies(buf, rec):
     n = len(rec)
     size = np.full(n, -1, np.int64)
     digest = np.zeros((n, 32), np.uint8)
