@@ -136,16 +136,38 @@ def test_auto_runs_on_the_driver_and_goes_to_spark_past_the_cap(spark, wild_lake
 
 
 def test_the_driver_takes_two_tables_at_a_time_one_or_none_by_the_memory_it_may_use():
-    from amqplens.jobs.metrics.job import ONE_TABLE_BYTES, TWO_TABLES_BYTES, available_memory, driver_threads
+    from amqplens.jobs.metrics.job import ONE_TABLE_SHARE, available_memory, driver_peak, driver_threads
 
-    rows = 15_600_000  # the 2 GB load capture's frames + deliveries
-    assert driver_threads(rows, 0.7, None) == 2  # memory unknown: the row cap alone decides
-    assert driver_threads(rows, 1.0, rows * TWO_TABLES_BYTES) == 2
-    assert driver_threads(rows, 1.0, rows * TWO_TABLES_BYTES - 1) == 1
-    assert driver_threads(rows, 0.5, 2 * rows * ONE_TABLE_BYTES) == 1
-    assert driver_threads(rows, 0.5, 2 * rows * ONE_TABLE_BYTES - 2) == 0
-    assert driver_threads(rows, 0.0, 64 * 2**30) == 0 < driver_threads(0, 0.0, 64 * 2**30)
+    peak = driver_peak({"frames": 12_398_735, "deliveries": 3_209_759, "flow_events": 5_402_882, "connections": 10_008})
+    assert driver_threads(peak, 0.7, None) == 2  # memory unknown: the row cap alone decides
+    assert driver_threads(peak, 1.0, peak) == 2
+    assert driver_threads(peak, 1.0, peak - 1) == 1
+    assert driver_threads(peak, 0.5, int(2 * peak * ONE_TABLE_SHARE) + 1) == 1
+    assert driver_threads(peak, 0.5, int(2 * peak * ONE_TABLE_SHARE) - 2) == 0
+    assert driver_threads(peak, 0.0, 64 * 2**30) == 0
     assert available_memory() is None or 0 < available_memory() < 2**50  # type: ignore[operator]
+
+
+# the driver path's peak above the process's size before it (ru_maxrss; two tables at a time, then one), measured by
+# running ``driver.each_table`` alone in a fresh process on lakes the load generators' captures made (2026-12-03)
+MEASURED_PEAKS_MIB = [
+    ({"frames": 1_849_939, "deliveries": 449_747, "flow_events": 748_816, "connections": 10_006}, 2260, 1783),  # 0-9-1 300 MB
+    ({"frames": 12_398_735, "deliveries": 3_209_759, "flow_events": 5_402_882, "connections": 10_008}, 8649, None),  # 2 GB
+    ({"frames": 206_562, "deliveries": 113_225, "flow_events": 236_186, "connections": 2_007}, 866, 694),  # 1.0 100 MB
+    ({"frames": 1_804_559, "deliveries": 1_208_102, "flow_events": 2_442_649, "connections": 2_008}, 4377, 3858),  # 1.0 1 GB
+]
+
+
+@pytest.mark.parametrize("counts, two, one", MEASURED_PEAKS_MIB)
+def test_the_memory_estimate_covers_the_peaks_measured_on_both_dialects(counts, two, one):
+    """An estimate under a peak lets a driver run out of memory; far over it sends lakes to Spark that fit. The
+    former estimate (600 bytes a frame + delivery, fitted on the 0-9-1 load alone) put the 1 GB 1.0 lake at 1.7 GB."""
+    from amqplens.jobs.metrics.job import ONE_TABLE_SHARE, driver_peak
+
+    estimate = driver_peak(counts) / 2**20
+    assert two <= estimate <= 1.35 * two
+    if one is not None:
+        assert one <= estimate * ONE_TABLE_SHARE <= 1.35 * one
 
 
 def test_a_time_the_driver_cannot_write_as_spark_sends_the_stage_to_spark():

@@ -48,14 +48,16 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     pending = {cid: a for cid, a in units.items() if not store.committed("metrics_errors", a)}
     if not pending:
         return []
-    rows = store.rows("frames", pending) + store.rows("deliveries", pending)
+    counts = {name: store.rows(name, pending) for name in PEAK_TABLES}
+    rows = counts["frames"] + counts["deliveries"]
     engine = conf["metrics.engine"]
     available = available_memory()
-    threads = driver_threads(rows, conf["metrics.driver_memory_share"], available)
+    peak = driver_peak(counts)
+    threads = driver_threads(peak, conf["metrics.driver_memory_share"], available)
     if engine == "auto" and rows <= conf["metrics.driver_max_rows"] and not threads:
-        log.info("metrics: through Spark: %d frames + deliveries would take about %d MB in the driver process, more than %.0f%% of "
-                 "the %d MB available (metrics.driver_memory_share)", rows, rows * ONE_TABLE_BYTES // 2**20,
-                 100 * conf["metrics.driver_memory_share"], (available or 0) // 2**20)
+        log.info("metrics: through Spark: %s would take about %d MB in the driver process one table at a time, more "
+                 "than %.0f%% of the %d MB available (metrics.driver_memory_share)", counts,
+                 peak * ONE_TABLE_SHARE // 2**20, 100 * conf["metrics.driver_memory_share"], (available or 0) // 2**20)
     if engine == "driver" or (engine == "auto" and rows <= conf["metrics.driver_max_rows"] and threads):
         on_driver = _driver(store, conf, pending, run_id, threads or 1)
         if on_driver is not None:
@@ -71,12 +73,23 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
     return list(pending) if done["metrics_errors"] else []
 
 
-# the driver path's peak in its Python process per frame + delivery of the captures to do, measured on the 2 GB load
-# capture's lake (15.6M rows, 12.4M frames, 3.2M deliveries, 5.4M flow events; the system allocator): 9.2 GB with two
-# threads (its flow inputs, then its deliveries, each read, used and let go in turn; 80.7 s), at most 7.6 GB one
-# table at a time (measured with two threads that did not overlap the deliveries' read with the flow tables)
-TWO_TABLES_BYTES = 600
-ONE_TABLE_BYTES = 490
+# The driver path's peak in its Python process above its size when the stage starts (the system allocator, two tables
+# at a time), by what it holds: the label maps and per-connection frames (a fixed part and one per connection), every
+# frame's heartbeat columns as dictionary codes, and the flow events and deliveries as pandas frames with their
+# intermediate copies. Fitted on four lakes of both dialects (peaks of 866-8,649 MiB; docs/performance.md, "The metrics
+# stage's memory estimate"): the 0-9-1 load at 300 MB and 2 GB (10,006 connections, 0.35 flow events a frame), the
+# AMQP 1.0 load at 100 MB and 1 GB (2,008 connections, two flow events a transfer); it is above each peak by 3-25% (one table at a time 6-34%).
+# Frames + deliveries at 600 bytes (the former estimate, from the 0-9-1 load alone) put the 1 GB 1.0 lake at 1.7 GB
+# where it took 4.4 GB.
+PEAK_TABLES = ("frames", "deliveries", "flow_events", "connections")
+PEAK_FIXED = 450 << 20
+PEAK_BYTES = {"frames": 40, "deliveries": 1100, "flow_events": 1100, "connections": 90 << 10}
+ONE_TABLE_SHARE = 0.9  # one table at a time: 0.79-0.88 of the two-table peak on the same lakes
+
+
+def driver_peak(counts: dict[str, int]) -> int:
+    """The driver path's estimated peak bytes (two tables at a time) for the captures' rows ``counts`` by table."""
+    return PEAK_FIXED + sum(PEAK_BYTES[name] * counts.get(name, 0) for name in PEAK_BYTES)
 
 
 def available_memory() -> int | None:
@@ -91,14 +104,14 @@ def available_memory() -> int | None:
     return None
 
 
-def driver_threads(rows: int, share: float, available: int | None) -> int:
-    """Tables the driver path computes at once for ``rows`` frames + deliveries: 2 where the estimated peak fits in
-    ``share`` of the ``available`` memory, 1 where one table at a time fits, 0 where neither does (Spark); 2 where
+def driver_threads(peak: int, share: float, available: int | None) -> int:
+    """Tables the driver path computes at once for an estimated two-table ``peak`` (``driver_peak``): 2 where it fits
+    in ``share`` of the ``available`` memory, 1 where one table at a time fits, 0 where neither does (Spark); 2 where
     the memory is not known."""
     if available is None:
         return 2
     budget = share * available
-    return 2 if rows * TWO_TABLES_BYTES <= budget else 1 if rows * ONE_TABLE_BYTES <= budget else 0
+    return 2 if peak <= budget else 1 if peak * ONE_TABLE_SHARE <= budget else 0
 
 
 def _driver(store: TableStore, conf: Config, pending: dict[str, str], run_id: str, threads: int = 2) -> bool | None:
