@@ -302,8 +302,10 @@ class DecodeSettings(_Section):
     field_table_letters: Annotated[str, *Choice("rabbitmq", "spec")] = setting("rabbitmq", "0-9-1 field-table type letters: `rabbitmq` or `spec`")
     compiled: Annotated[str, *Choice("auto", "on", "off")] = setting(
         "auto", "the 0-9-1 codec's hot frames (basic.publish, deliver, ack, nack, reject, content headers, bodies, "
-        "heartbeats) through the numba-compiled walk, each direction decoded ahead of the other between drains "
-        "(`amqplens/decode/v0_9_1/hotpath.py`, `ahead.py`): `auto` when numba imports, `on` the same (a missing numba "
+        "heartbeats) and AMQP 1.0's (flows, dispositions, one-transfer messages with their properties_json) through "
+        "the numba-compiled walks, each direction decoded ahead of the other between drains "
+        "(`amqplens/decode/v0_9_1/hotpath.py`, `ahead.py`; `amqplens/decode/v1_0/hotpath.py`, `ahead.py`): `auto` "
+        "when numba imports, `on` the same (a missing numba "
         "still degrades, never fails; a warning says so), `off` the Python decoder alone (the reference). Same rows "
         "either way; not part of the capture's fingerprint (docs/performance.md)")
     redact_headers: Annotated[list, *Names("a list of header or property names")] = setting(

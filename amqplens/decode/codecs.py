@@ -26,6 +26,7 @@ from amqplens.decode.tcp.records import TO_SERVER, ConnectionRecord
 from amqplens.decode.tls import KeyLog, TlsLayer
 from amqplens.decode.v0_9_1 import Amqp091StreamDecoder
 from amqplens.decode.v0_9_1.hotpath import FrameBatch, compiled_enabled
+from amqplens.decode.v1_0.hotpath import Frame10Batch
 
 HEADER_LEN = 8
 
@@ -45,7 +46,7 @@ class DecodeOptions:
 
     def key_log(self) -> KeyLog | None:
         return cast("KeyLog | None", getattr(self.tls_keys, "value", self.tls_keys))
-    compiled: str = "auto"  # auto | on | off: the 0-9-1 hot frames through the numba walk (v0_9_1.hotpath, ahead); same rows (docs/performance.md)
+    compiled: str = "auto"  # auto | on | off: the 0-9-1 hot frames (v0_9_1.hotpath, ahead) and 1.0 flows, dispositions and one-transfer messages (v1_0.hotpath, ahead) through the numba walks; same rows (docs/performance.md)
 
 
 def _v0_9_1(connection_id: str, dialect: str | None, o: DecodeOptions):
@@ -61,7 +62,8 @@ def _v1_0(connection_id: str, dialect: str | None, o: DecodeOptions):
         from amqplens.decode.v1_0 import Amqp10StreamDecoder
     except ImportError:  # the 1.0 codec is not installed: 0-9-1's decoder records the bytes as unsupported
         return _v0_9_1(connection_id, None, o)
-    return Amqp10StreamDecoder(connection_id, max_error_bytes=o.max_error_bytes, body_prefix_bytes=o.body_prefix_bytes)
+    return Amqp10StreamDecoder(connection_id, max_error_bytes=o.max_error_bytes, body_prefix_bytes=o.body_prefix_bytes,
+                               compiled=compiled_enabled(o.compiled))
 
 
 def _v0_10(connection_id: str, dialect: str | None, o: DecodeOptions):
@@ -220,7 +222,7 @@ class DecodingConsumer:
             return [rows] if rows else []
         parts = parts_of()
         for part in parts:
-            if isinstance(part, FrameBatch):
+            if isinstance(part, (FrameBatch, Frame10Batch)):
                 part.redact(self._redactor)
             else:
                 for row in part:

@@ -35,6 +35,7 @@ from amqplens.decode.capture.records import PACKET_SCHEMA, CaptureErrorRecord, S
 from amqplens.decode.tcp import TcpReassembler
 from amqplens.decode.tcp.records import ConnectionRecord, GapRecord
 from amqplens.decode.v0_9_1.hotpath import FrameBatch
+from amqplens.decode.v1_0.hotpath import Frame10Batch
 
 SPLITS_SCHEMA = pa.schema(
     [("capture_id", pa.string()), ("path", pa.string()), ("start", pa.int64()), ("end", pa.int64()), ("split_index", pa.int32())]
@@ -197,11 +198,23 @@ def read_splits(batches: Iterable[pa.RecordBatch], options: Options = Options())
 
 
 def frame_array(parts: list, typ: pa.StructType) -> pa.Array:
-    """Frame parts (lists of row dicts, the 0-9-1 compiled path's ``FrameBatch``) as one struct array: one
-    conversion for them all, not one per connection."""
+    """Frame parts (lists of row dicts, the compiled paths' ``FrameBatch`` (0-9-1) and ``Frame10Batch`` (1.0)) as
+    one struct array: one conversion for them all, not one per connection (a run of 1.0 parts and a run of the
+    others each converted at once, in their order)."""
     if all(isinstance(p, list) for p in parts):
         return to_struct_array([r for p in parts for r in p], typ)
-    return FrameBatch.combine(parts).to_struct(typ, to_struct_array)
+    if not any(isinstance(p, Frame10Batch) for p in parts):
+        return FrameBatch.combine(parts).to_struct(typ, to_struct_array)
+    runs: list[list] = []
+    for p in parts:  # lists go with the 1.0 batches (either kind takes them): runs of 0-9-1 batches apart
+        kind = isinstance(p, FrameBatch)
+        if runs and runs[-1][0] == kind:
+            runs[-1][1].append(p)
+        else:
+            runs.append([kind, [p]])
+    arrays = [FrameBatch.combine(ps).to_struct(typ, to_struct_array) if kind
+              else Frame10Batch.combine(ps).to_struct(typ, to_struct_array) for kind, ps in runs]
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
 
 
 def _gap_row(capture_id: str, gap: GapRecord) -> dict:

@@ -52,8 +52,9 @@ def test_what_the_spec_defines():
     assert spec.ENCODINGS[0xF0] == ("array", "array32", "array", 4)
 
 
-# the compiled walk (issue 32, measured, not wired in: nothing of the codec imports it); the decoder stays pure Python
-COMPILED = {"hot_kernel.py": {"numpy", "numba"}}
+# the compiled path (issue 32): numba's walk and the columns it fills; the reference decoder stays pure Python
+COMPILED = {"hot_kernel.py": {"numpy", "numba"}, "hot_json.py": {"numpy", "numba"}, "hotpath.py": {"numpy", "pyarrow"},
+            "ahead.py": {"numpy"}}
 
 
 def test_the_codec_imports_only_the_standard_library_and_amqplens_decode():

@@ -68,6 +68,9 @@ def main() -> int:
         print("amqplens.decode: numba is not installed; the 0-9-1 decoder runs its Python path")
         return 0
     print(f"amqplens.decode: 0-9-1 hot path ready in {seconds:.1f} s (numba cache: {hotpath.cache_dir()})")
+    from amqplens.decode.v1_0 import warm as warm10  # AMQP 1.0's walk, renderer and window scan
+
+    print(f"amqplens.decode: AMQP 1.0 hot path ready in {warm10.warm():.1f} s")
     from amqplens.lifecycle import array091  # the fused lifecycle's passes share the cache
 
     print(f"amqplens.lifecycle: 0-9-1 array passes ready in {array091.warm():.1f} s")

@@ -27,6 +27,7 @@ import re
 import struct
 
 from amqplens.decode.detect import AMQP, HEADER_SIZE
+from amqplens.decode.v1_0 import hotpath
 from amqplens.decode.streaming import NO, OPAQUE, RESYNC, START, SYNCED, YES, DirectionFramerBase
 
 FRAME_HEADER = struct.Struct(">IBBH")  # size, doff, type, channel
@@ -69,6 +70,11 @@ class DirectionFramer(DirectionFramerBase):
 
     # -- modes ---------------------------------------------------------------------------
     def _synced(self, buf: bytes, mv: memoryview, pos: int, n: int, final: bool) -> int:
+        owner = self.owner
+        if owner.hot_kernel is not None and n - pos >= owner.hot_min_bytes and owner.hot_ready(self.direction):
+            start, pos = pos, hotpath.run(owner, self, buf, mv, pos, n)  # runs of frames through the compiled walk
+            if pos > start or self.mode != SYNCED:
+                return pos  # the loop steps again: the walk first (a frame it stopped at is the framing loop's below)
         if n - pos < 8:
             self.need = 8
             self.stalled = True

@@ -1,4 +1,4 @@
-"""AMQP 1.0's frame walk compiled (issue 32 step 1 for 1.0): built far enough to measure, not wired into the decoder.
+"""AMQP 1.0's frame walk compiled (issue 32 for 1.0): the walk ``hotpath`` runs over a direction's bytes.
 
 ``walk`` cuts a direction's in-order bytes into frames as ``framing.DirectionFramer._synced`` does (size, doff,
 type, channel), stopping where that loop would not cut a frame: fewer than 8 bytes left, a protocol header, a
@@ -11,6 +11,7 @@ fields past the spec's, bytes after a flow or disposition, a transfer without a 
 reference decoder (``stream.Amqp10StreamDecoder``) would decode it. ``sections`` walks a one-transfer message's
 payload (Part 3 §3.2) to its body, hashed with the 0-9-1 content pass's SHA-256 (``content_kernel``): the bytes
 of each data section's binary, the encoded value of an amqp-sequence or amqp-value section (``messages.py``).
+``window_ok`` finds where a direction's held bytes stop being safe to decode ahead of the other (``ahead``).
 
 The reference is the Python decoder: ``tests/v1_0/test_hot_kernel.py`` compares every column with its rows on the
 1.0 fixtures, generated streams and mutations of them; ``python -m tests.v1_0.bench_decode walk`` measures it
@@ -170,8 +171,10 @@ def _performative(buf, p, e, fields, rec, i):
 
 
 @njit(cache=True, nogil=True)
-def walk(buf, pos, end, limit, fields, rec):
-    """Frames of ``buf[pos:end]`` into ``rec`` (at most ``len(rec)``): ``(frames, position after the last)``."""
+def walk(buf, pos, end, limit, fields, rec, cut):
+    """Frames of ``buf[pos:end]`` into ``rec`` (at most ``len(rec)``): ``(frames, position after the last)``; with
+    ``cut``, up to the first frame that is neither read (``R_HOT``) nor a transfer (``hotpath.run`` decodes no
+    further before the reference has seen it)."""
     n = 0
     while n < len(rec) and end - pos >= 8:
         if buf[pos] == 0x41 and buf[pos + 1] == 0x4D and buf[pos + 2] == 0x51 and buf[pos + 3] == 0x50:  # "AMQP"
@@ -199,6 +202,8 @@ def walk(buf, pos, end, limit, fields, rec):
                     rec[n, R_HOT] = 1
         pos += size
         n += 1
+        if cut and rec[n - 1, R_HOT] != 1 and rec[n - 1, R_CODE] != TRANSFER:
+            break
     return n, pos
 
 
@@ -258,7 +263,7 @@ def sections(buf, a, b, digest, row, h, tail):
     return total
 
 
-_PLAN = plan()
+PLAN = plan()
 AMQP_HEADER, SASL_HEADER = b"AMQP\x00\x01\x00\x00", b"AMQP\x03\x01\x00\x00"
 
 
@@ -272,7 +277,7 @@ def walk_stream(buf: np.ndarray, limit: int, pos: int = 0, rows: int = 1 << 14) 
     rec = np.empty((rows, N_REC), np.int64)
     sasl = False
     while True:
-        n, pos = walk(buf, pos, end, limit, _PLAN, rec)
+        n, pos = walk(buf, pos, end, limit, PLAN, rec, False)
         if n:
             part = rec[:n].copy()
             if sasl:
@@ -302,3 +307,34 @@ def bodies(buf, rec):
         if rec[i, R_HOT] == 1 and rec[i, R_CODE] == TRANSFER and rec[i, F_MORE] != 1 and rec[i, F_ABORTED] != 1:
             size[i] = sections(buf, rec[i, R_PAYLOAD], rec[i, R_POS] + rec[i, R_SIZE], digest, i, h, tail)
     return size, digest
+
+
+BEGIN, END = 0x11, 0x17  # begin .. end: the performatives whose effects stay in their direction (not open, close, SASL)
+
+
+@njit(cache=True, nogil=True)
+def window_ok(buf, end, limit):
+    """Where the first frame of ``buf[:end]`` (a direction's held bytes from a frame start) that is not to be decoded
+    ahead of the other direction starts (``ahead``): a protocol header, a header the framing loop would not accept, a
+    SASL frame, an AMQP frame whose performative is not one of begin to end (an open, a close: what the other
+    direction reads, the frame limit and the connection facts) or cannot be told; ``end`` when there is none (a frame
+    cut short at the end is the framing loop's to wait for)."""
+    pos = 0
+    while end - pos >= 8:
+        if buf[pos] == 0x41 and buf[pos + 1] == 0x4D and buf[pos + 2] == 0x51 and buf[pos + 3] == 0x50:  # "AMQP"
+            return pos
+        size = _be(buf, pos, 4)
+        doff = np.int64(buf[pos + 4])
+        ftype = np.int64(buf[pos + 5])
+        if ftype != 0 or size < 8 or doff < 2 or doff * 4 > size or size > limit:
+            return pos
+        if pos + size > end:
+            return end
+        body = pos + doff * 4
+        if body < pos + size:
+            if body + 3 > pos + size or buf[body] != 0x00 or buf[body + 1] != 0x53:
+                return pos
+            if buf[body + 2] < BEGIN or buf[body + 2] > END:
+                return pos
+        pos += size
+    return end

@@ -22,9 +22,10 @@ from amqplens.decode.errors import FrameError
 from amqplens.decode.detect import D1_0, D1_0_SASL, D1_0_TLS, describe, detect_protocol_header
 from amqplens.decode.errors import DecodeError
 from amqplens.decode.streaming import FramedOptions, StreamDecoderBase, decode_both
-from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
+from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionRecord
 from amqplens.decode.v1_0.composites import NAMES, PERFORMATIVES, SASL_FRAMES, code_of, fields, to_json
 from amqplens.decode.v1_0.facts import ConnectionFacts
+from amqplens.decode.v1_0 import hotpath
 from amqplens.decode.v1_0.framing import AMQP_FRAME, OPAQUE, SYNCED, DirectionFramer
 from amqplens.decode.v1_0.messages import MessageTracker
 from amqplens.decode.v1_0.rows import FRAME_TEMPLATE, promote
@@ -49,11 +50,77 @@ class Amqp10StreamDecoder(StreamDecoderBase):
 
     FRAME_TEMPLATE = FRAME_TEMPLATE
 
-    def __init__(self, connection_id: str, **options: Unpack[FramedOptions]) -> None:
+    def __init__(self, connection_id: str, compiled: bool = False, **options: Unpack[FramedOptions]) -> None:
         self._messages = self._init_framed(connection_id, DirectionFramer, MessageTracker, ConnectionFacts, **options)
         self.dialect = D1_0
         self._layer: dict[str, str | None] = {TO_SERVER: None, TO_CLIENT: None}
         self._secrets_end: int | None = None  # to_server offset after which no SASL frame follows
+        # ``compiled``: flows and dispositions through the numba walk as columns (``hotpath``); the same rows
+        self.hot_kernel = hotpath.load_kernel() if compiled else None
+        self.hot_min_bytes = hotpath.MIN_BYTES  # buffers smaller than this stay on the Python path (tests lower it)
+        self._held = None
+        if self.hot_kernel is not None:
+            from amqplens.decode.v1_0 import ahead
+
+            self._ahead = ahead
+            self._held = ahead.Held()  # the compiled path decodes a direction ahead of the other
+
+    # -- input: the compiled path holds segments and decodes each direction's at once (``ahead``) ---------------
+    def data(self, direction: str, offset: int, ts_us: int, data: bytes) -> None:
+        held = self._held
+        if held is not None and (held.segments or self._ahead.steady(self)):
+            if direction in self._framers and not self._closed:
+                held.segments.append((direction, offset, ts_us, data))
+                held.bytes += len(data)
+                if held.bytes >= self._ahead.MAX_BYTES:
+                    self._ahead.catch_up(self, held)
+            return
+        super().data(direction, offset, ts_us, data)
+
+    def catch_up(self) -> None:
+        """Decode the held segments (before anything reads the rows, the facts or the framers' state)."""
+        if self._held is not None and self._held.segments:
+            self._ahead.catch_up(self, self._held)
+
+    def gap(self, direction: str, offset: int, length: int, ts_us: int) -> None:
+        self.catch_up()
+        super().gap(direction, offset, length, ts_us)
+
+    def close(self, connection: ConnectionRecord | None = None) -> None:
+        self.catch_up()
+        super().close(connection)
+
+    def drain_errors(self) -> list[dict]:
+        self.catch_up()
+        return super().drain_errors()
+
+    def connection_facts(self) -> dict:
+        self.catch_up()
+        return super().connection_facts()
+
+    def drain_frame_errors(self) -> list[dict]:
+        self.catch_up()
+        return super().drain_frame_errors()
+
+    def hot_ready(self, direction: str) -> bool:
+        """Whether the compiled walk may frame ``direction`` now: not in the SASL layer (its frames are SASL's)."""
+        return self._layer[direction] != "sasl"
+
+    # -- output: the compiled path's rows stay columns until the batch is built ------------------------------
+    def drain_frames(self) -> list[dict]:
+        """Frame rows as dicts, the compiled path's rows too (``drain_frame_parts`` keeps those columnar)."""
+        out: list[dict] = []
+        for part in self.drain_frame_parts():
+            out.extend(part.to_rows() if isinstance(part, hotpath.Frame10Batch) else part)
+        return out
+
+    def drain_frame_parts(self) -> list:
+        """Frame rows in wire order: ``[rows]`` (dicts), or ``[Frame10Batch]`` when the compiled path made some."""
+        self.catch_up()
+        items = super().drain_frames()
+        if not any(isinstance(item, (hotpath.Hot10Rows, hotpath.Ordered10)) for item in items):
+            return [items] if items else []
+        return [hotpath.Frame10Batch(items)]
 
     # -- output -----------------------------------------------------------------------------
     def _direction_facts(self, out: dict, d: str) -> None:
