@@ -224,3 +224,15 @@ def test_the_install_steps_sample_takes_the_compiled_path():
     _alike(c, s, 3)
     assert _hot_rows(c, s) == 3 * 32
     assert warm.warm() >= 0
+
+
+def test_decoders_in_threads_keep_their_own_buffers():
+    """The walk's record rows and the render buffers are one set a thread (the kernels let go of the GIL): decoders
+    of different loads in four threads at once give each its reference rows."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    loads = [load(80, seed) for seed in range(4)]
+    want = [_decode(False, c, s, seed) for seed, (c, s) in enumerate(loads)]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda k: _decode(True, *loads[k], k), range(4)))
+    assert got == want

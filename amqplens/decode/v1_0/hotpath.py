@@ -27,6 +27,7 @@ captures, generated loads cut into pieces, messages with every section and value
 from __future__ import annotations
 
 import bisect
+import threading
 from typing import cast
 
 import numpy as np
@@ -67,7 +68,7 @@ class Hot10Rows:
         return len(self.rec)
 
 
-_REC: list = []  # the walk's record rows, one array a process (a decoder per connection would hold 1 MiB each)
+_LOCAL = threading.local()  # the walk's record rows and the render buffers, one set a thread (not a decoder: 1 MiB each)
 
 
 class _Rendered:
@@ -95,20 +96,22 @@ class _Rendered:
                 self.props = np.empty(2 * q, np.uint8)
 
 
-_OUT: list = []
+def _buffers(hk) -> tuple[np.ndarray, _Rendered]:
+    buffers = getattr(_LOCAL, "buffers", None)
+    if buffers is None:
+        buffers = _LOCAL.buffers = (np.empty((ROWS, hk.N_REC), np.int64), _Rendered())
+    return buffers
 
 
 def run(dec, framer, buf: bytes, mv: memoryview, pos: int, n: int) -> int:
     """Decode from ``pos`` what the walk cuts of ``buf[pos:n]``; returns where the framing loop goes on."""
     hk = dec.hot_kernel
-    if not _REC:
-        _REC.append(np.empty((ROWS, hk.N_REC), np.int64))
-        _OUT.append(_Rendered())
+    records, rendered = _buffers(hk)
     arr = np.frombuffer(buf, np.uint8)
-    count, end = hk.walk(arr, pos, n, dec.frame_limit(framer.direction), hk.PLAN, _REC[0], True)
+    count, end = hk.walk(arr, pos, n, dec.frame_limit(framer.direction), hk.PLAN, records, True)
     if not count:
         return pos
-    rec = _REC[0][:count]
+    rec = records[:count]
     code = rec[:, hk.R_CODE]
     hot = rec[:, hk.R_HOT] == 1
     transfer = hot & (code == hk.TRANSFER)
@@ -118,7 +121,7 @@ def run(dec, framer, buf: bytes, mv: memoryview, pos: int, n: int) -> int:
         whole = (transfer & (size >= 0) & (rec[:, hk.F_DELIVERY_ID] >= 0)).astype(np.int64)
     else:
         size, digest, whole = None, None, np.zeros(count, np.int64)
-    text = _OUT[0].render(arr, rec, whole)  # whole: 0 where the sections are the reference's
+    text = rendered.render(arr, rec, whole)  # whole: 0 where the sections are the reference's
     links = (rec[:, hk.R_CHANNEL] << 32) | np.maximum(rec[:, hk.F_HANDLE], 0)
     hot &= ~transfer | (whole == 1)
     cold = np.flatnonzero(~hot).tolist()
@@ -128,7 +131,7 @@ def run(dec, framer, buf: bytes, mv: memoryview, pos: int, n: int) -> int:
     marks = framer.marks  # (stream offset, time) of the segments fed: a frame's time is its first byte's segment's
     mark_at = np.fromiter((m[0] for m in marks), np.int64, len(marks))
     mark_ts = np.fromiter((m[1] for m in marks), np.int64, len(marks))
-    run_ = _Run(dec, framer, arr, rec, text, size, digest, links, mark_at, mark_ts)
+    run_ = _Run(dec, framer, arr, rec, (rendered, *text), size, digest, links, mark_at, mark_ts)
     done = k = 0
     while k < len(cold):
         i = cold[k]
@@ -182,8 +185,7 @@ class _Run:
         facts = dec._facts.facts
         if facts["dialect_source"] is None:
             facts["dialect_source"] = "framing"
-        args_off, props_off, props_set = self.text
-        out = _OUT[0]
+        out, args_off, props_off, props_set = self.text
         text = (out.args[args_off[a]:args_off[b]].copy(), args_off[a:b + 1] - args_off[a],
                 out.props[props_off[a]:props_off[b]].copy(), props_off[a:b + 1] - props_off[a], props_set[a:b].copy())
         dec._frames.append(Hot10Rows(dec.connection_id, framer.direction, rec, offsets, ts, text, self._body(a, b, rec)))
