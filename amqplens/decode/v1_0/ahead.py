@@ -3,7 +3,8 @@ direction at a time, their rows put back in the order segment-by-segment feeding
 
 Under load a 1.0 connection's directions take turns a segment or two at a time (2.3 frames a walk on the 1.0 load
 capture when each segment was framed as it came), so the Python around each walk cost more than the walk saved.
-Once both directions are framing in the AMQP layer (after SASL) ``Amqp10StreamDecoder`` holds what it is fed
+Once both directions are framing in the AMQP layer (after SASL, or with no protocol header seen: a capture that
+starts mid-connection) ``Amqp10StreamDecoder`` holds what it is fed
 (``v0_9_1.ahead.Held``) until a drain, a gap, the close or ``MAX_BYTES``, then ``catch_up``:
 
 - finds in each direction's held bytes the first frame not to decode ahead (``hot_kernel.window_ok``): a protocol
@@ -34,9 +35,10 @@ _DIRECTIONS = (TO_SERVER, TO_CLIENT)
 
 
 def steady(dec) -> bool:
-    """Whether ``dec`` may start holding: both directions framing in the AMQP layer, nothing buffered beyond a
+    """Whether ``dec`` may start holding: both directions framing, in the AMQP layer or with no protocol header seen
+    (a capture that starts after the connection opened: the framers resynchronised), nothing buffered beyond a
     partial frame."""
-    if dec._closed or dec._facts.facts["dialect_source"] is None or any(v != "amqp" for v in dec._layer.values()):
+    if dec._closed or dec._facts.facts["dialect_source"] is None or "sasl" in dec._layer.values():
         return False
     return all(f.mode == SYNCED and f.started and f.region is None and not f.chunks for f in dec._framers.values())
 
