@@ -52,31 +52,38 @@ def steady(dec) -> bool:
     return all(f.mode == SYNCED and f.started and f.region is None and not f.chunks for f in dec._framers.values())
 
 
-def catch_up(dec, held: Held) -> None:
-    """Decode what ``held`` holds (see the module's text) and empty it."""
+def catch_up(dec, held: Held, stop_at=None, interleave=None) -> None:
+    """Decode what ``held`` holds (see the module's text) and empty it. ``stop_at(direction, buf)``: where the first
+    frame not to decode ahead starts in a direction's held bytes (default 0-9-1's ``hot_kernel.window_ok``);
+    ``interleave(a, b, keys)``: both directions' items in the reference's order (default ``_interleave``). AMQP 1.0
+    (``v1_0/ahead.py``) passes its own."""
     segments = held.segments
     held.segments, held.bytes = [], 0
     if not segments:
         return
-    barrier = _ahead(dec, held, segments)
+    barrier = _ahead(dec, held, segments, stop_at or _stop_0_9_1(dec), interleave or _interleave)
     if not barrier:
         return _one_by_one(dec, held, segments)
     if barrier < len(segments):
         _one_by_one(dec, held, segments[barrier:])
 
 
-def _ahead(dec, held: Held, segments: list) -> int:
-    """Decode the segments before the barrier ahead; returns the barrier (``len(segments)``: none), 0 when nothing
-    is decoded ahead: a direction's held segments not contiguous (the one-by-one feed handles holes and repeats) or
-    a frame not to decode ahead from the first segment on."""
+def _stop_0_9_1(dec):
     from amqplens.decode.v0_9_1.hot_kernel import M_STOP_CLASS, window_ok
 
-    runs: dict[str, list[int]] = {TO_SERVER: [], TO_CLIENT: []}
-    for i, seg in enumerate(segments):
-        runs[seg[0]].append(i)
     hot = hot_tables(dec.tables)
     limit = dec.frame_limit()
     stop_class = int(hot.meta[M_STOP_CLASS])  # a numpy scalar argument costs numba's dispatcher 13 us a call, an int 0.3
+    return lambda d, buf: window_ok(np.frombuffer(buf, np.uint8), len(buf), limit, hot.meta, stop_class)
+
+
+def _ahead(dec, held: Held, segments: list, stop_at, interleave) -> int:
+    """Decode the segments before the barrier ahead; returns the barrier (``len(segments)``: none), 0 when nothing
+    is decoded ahead: a direction's held segments not contiguous (the one-by-one feed handles holes and repeats) or
+    a frame not to decode ahead from the first segment on."""
+    runs: dict[str, list[int]] = {TO_SERVER: [], TO_CLIENT: []}
+    for i, seg in enumerate(segments):
+        runs[seg[0]].append(i)
     barrier = len(segments)  # the first held segment (in arrival order) that starts a frame not to decode ahead
     for d, idx in runs.items():
         if not idx:
@@ -89,7 +96,7 @@ def _ahead(dec, held: Held, segments: list) -> int:
                 return 0
             expected += len(data)
         buf = b"".join([framer.pending, *(segments[i][3] for i in idx)])
-        stop = window_ok(np.frombuffer(buf, np.uint8), len(buf), limit, hot.meta, stop_class)
+        stop = stop_at(d, buf)
         if stop < len(buf):
             at = int(np.searchsorted([segments[i][1] for i in idx], framer.base + stop, "right")) - 1
             barrier = min(barrier, idx[at] if at >= 0 else 0)
@@ -113,7 +120,7 @@ def _ahead(dec, held: Held, segments: list) -> int:
         keys = {d: (np.array([segments[i][1] for i in ahead[d]], np.int64), np.array(ahead[d], np.int64)) for d in _DIRECTIONS}
         (fa, ea), (fb, eb) = cuts
         if f0 < fa < fb:
-            dec._frames[f0:] = _interleave(dec._frames[f0:fa], dec._frames[fa:fb], keys)
+            dec._frames[f0:] = interleave(dec._frames[f0:fa], dec._frames[fa:fb], keys)
         if e0 < ea < eb:
             errors = dec._frame_errors[e0:]
             errors.sort(key=lambda row: _key_of(keys[row["direction"]], row["stream_offset"] + row["length"] - 1))

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from amqplens.decode.streaming import SYNCED, StreamDecoderBase
+from amqplens.decode.streaming import SYNCED
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
 from amqplens.decode.v0_9_1.ahead import Held
+from amqplens.decode.v0_9_1.ahead import catch_up as _catch_up
 from amqplens.decode.v1_0.hotpath import Hot10Rows, Ordered10
 
 MAX_BYTES = 4 << 20  # bytes held per connection before they are decoded anyway
-_DIRECTIONS = (TO_SERVER, TO_CLIENT)
 
 
 def steady(dec) -> bool:
@@ -44,75 +44,20 @@ def steady(dec) -> bool:
 
 
 def catch_up(dec, held: Held) -> None:
-    """Decode what ``held`` holds (see the module's text) and empty it."""
-    segments = held.segments
-    held.segments, held.bytes = [], 0
-    if not segments:
-        return
-    barrier = _ahead(dec, held, segments)
-    if barrier < len(segments):
-        held.in_order += 1
-        for seg in segments[barrier:]:
-            StreamDecoderBase.data(dec, *seg)
-
-
-def _ahead(dec, held: Held, segments: list) -> int:
-    """Decode the segments before the barrier ahead; returns the barrier (0: nothing decoded ahead, a direction's
-    held segments not contiguous or the first one starting a frame not to decode ahead)."""
+    """Decode what ``held`` holds (see the module's text) and empty it: 0-9-1's mechanism (``v0_9_1.ahead``) with
+    1.0's window scan and row order."""
     from amqplens.decode.v1_0.hot_kernel import window_ok
 
-    runs: dict[str, list[int]] = {TO_SERVER: [], TO_CLIENT: []}
-    for i, seg in enumerate(segments):
-        runs[seg[0]].append(i)
-    barrier = len(segments)
-    for d, idx in runs.items():
-        if not idx:
-            continue
-        framer = dec._framers[d]
-        expected = framer.expected
-        for i in idx:
-            _, offset, _, data = segments[i]
-            if offset != expected:
-                return 0
-            expected += len(data)
-        buf = b"".join([framer.pending, *(segments[i][3] for i in idx)])
-        stop = window_ok(np.frombuffer(buf, np.uint8), len(buf), dec.frame_limit(d))
-        if stop < len(buf):
-            at = int(np.searchsorted([segments[i][1] for i in idx], framer.base + stop, "right")) - 1
-            barrier = min(barrier, idx[at] if at >= 0 else 0)
-    if barrier == 0:
-        return 0
-    held.ahead += 1
-    ahead = {d: [i for i in idx if i < barrier] for d, idx in runs.items()}
-    f0, e0 = len(dec._frames), len(dec._frame_errors)
-    cuts = []
-    for d in _DIRECTIONS:
-        idx = ahead[d]
-        if idx:
-            framer = dec._framers[d]
-            data = b"".join([segments[i][3] for i in idx])
-            try:
-                framer.feed_run(segments[idx[0]][1], data, [(segments[i][1], segments[i][2]) for i in idx])
-            except Exception as exc:  # a decoder bug must not fail the task: keep the bytes as an error
-                dec._internal_error(framer, exc, segments[idx[-1]][2])
-        cuts.append((len(dec._frames), len(dec._frame_errors)))
-    if ahead[TO_SERVER] and ahead[TO_CLIENT]:
-        keys = {d: (np.array([segments[i][1] for i in ahead[d]], np.int64), np.array(ahead[d], np.int64)) for d in _DIRECTIONS}
-        (fa, ea), (fb, eb) = cuts
-        if f0 < fa < fb:
-            items = dec._frames[f0:]
-            places = np.concatenate([_places(dec._frames[f0:fa], keys[TO_SERVER]), _places(dec._frames[fa:fb], keys[TO_CLIENT])])
-            dec._frames[f0:] = [Ordered10(items, np.argsort(places, kind="stable"))]
-        if e0 < ea < eb:
-            errors = dec._frame_errors[e0:]
-            errors.sort(key=lambda row: _place(keys[row["direction"]], row["stream_offset"] + row["length"] - 1))
-            dec._frame_errors[e0:] = errors
-    return barrier
+    def stop_at(d: str, buf: bytes) -> int:
+        return int(window_ok(np.frombuffer(buf, np.uint8), len(buf), dec.frame_limit(d)))
+
+    _catch_up(dec, held, stop_at, _ordered)
 
 
-def _place(key: tuple[np.ndarray, np.ndarray], last_byte: int) -> int:
-    starts, places = key
-    return int(places[np.searchsorted(starts, last_byte, "right") - 1])
+def _ordered(a: list, b: list, keys: dict) -> list:
+    """Both directions' items as one ``Ordered10``: each row's place is that of the held segment holding its last byte."""
+    places = np.concatenate([_places(a, keys[TO_SERVER]), _places(b, keys[TO_CLIENT])])
+    return [Ordered10(a + b, np.argsort(places, kind="stable"))]
 
 
 def _places(items: list, key: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
