@@ -322,12 +322,12 @@ class LifecycleSettings(_Section):
         "row->Arrow of the wide frame rows); `false`: the `lifecycle` job derives them from `frames` in a second pass. "
         "Same rows either way; not part of the capture's fingerprint")
     compiled: Annotated[str, *Choice("auto", "off")] = setting(
-        "auto", "in the fused lifecycle, `auto` folds 0-9-1 content frames onto their messages and does the 0-9-1 "
-        "connections it models (publishes with and without confirms, consumers with or without acks, basic.get, qos, "
-        "cancels, closes) in one "
+        "auto", "in the fused lifecycle and the `lifecycle` job, `auto` folds 0-9-1 content frames onto their "
+        "messages and does the 0-9-1 connections it models (publishes with and without confirms, consumers with or "
+        "without acks, basic.get, qos, cancels, closes) and the AMQP 1.0 ones (sessions and links begun and attached, "
+        "credit and windows, transfers of one or several frames, dispositions of any range, detach, end, close) in one "
         "compiled pass per batch of connections, the machines the rest (without numba: the machines all); `off` the "
-        "machines alone, frame by frame (the reference, as the `lifecycle` job). Same rows either way "
-        "(docs/performance.md)")
+        "machines alone, frame by frame (the reference). Same rows either way (docs/performance.md)")
     fused_max_held_frames: Annotated[int, *Int(1)] = setting(
         1_000_000, "a decode task holds at most this many frames of connections not yet whole (about 200 bytes each); a "
         "capture that needs more (long-lived connections of a large capture: 1.3 GB in one worker at 1 GB of 8 long "

@@ -9,8 +9,9 @@ reassembly, the codecs, redaction, the frame batches), the frames table's rows a
 connection batches it gave are then fed to the fused lifecycle (``ConnectionLifecycle``) and
 its rows written the same way: "lifecycle". Each figure is CPU seconds of this process
 (``time.process_time``; the machine is shared), best of ``--repeat``, per frame.
-For each ``--compiled`` setting and each ``--fold`` setting (the fused lifecycle's folding of 0-9-1
-content frames, ``amqplens/lifecycle/fold.py``) the lifecycle tables, frames, connections and
+For each ``--compiled`` setting and each ``--fold`` setting (on: the fused lifecycle's folding of 0-9-1
+content frames, ``amqplens/lifecycle/fold.py``, and its array passes for 0-9-1 and 1.0; off: the machines
+alone, frame by frame) the lifecycle tables, frames, connections and
 decode_errors must be the same as the first pair's; the exit status says whether they were.
 """
 
@@ -70,7 +71,7 @@ def decode_stage(table: pa.Table, compiled: str, root: str, chunk: int | None = 
 
 
 def lifecycle_stage(events: list, root: str, fold: bool = True) -> tuple[float, dict]:
-    fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=8192, fold_content=fold)
+    fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=8192, fold_content=fold, arrays=fold)
     life = lifecycle.LifecycleWriters({k: StagedTable(t.name, root, "bench") for k, t in lifecycle.OUTPUTS}, 0)
     kept: dict[str, list] = {}
     t0 = time.process_time()

@@ -133,7 +133,7 @@ class Connection10:
     def finish(self) -> None:
         event: Literal["close", "capture_end"]
         event, fid, ts = ("close", *self.closing) if self.closing else ("capture_end", None, None)
-        for s in set(self.sessions.values()):
+        for s in dict.fromkeys(self.sessions.values()):
             self._end_session(s, event, fid, ts, rows=False)  # the close frame's rows were written at the close
         self.sessions.clear()
         for req in self.pending.values():
@@ -204,8 +204,17 @@ class Connection10:
         self._pair(("close",), f, fid, ts)
         if self.closing is None:
             self.closing = (fid, ts)
-            for s in set(self.sessions.values()):
+            first = len(self.out.flow_events)
+            for s in dict.fromkeys(self.sessions.values()):  # each session once, in the order they were mapped
                 self._end_session(s, "close", fid, ts)
+            # two live sessions may share a channel number (one side's begin while the peer's channel of that number
+            # is another session: an adopted one, or the peer's own): their links' close rows could share an
+            # event_id; each frame makes at most one row per entity and key, the first session's
+            rows, kept = self.out.flow_events, dict[str, dict]()
+            for r in rows[first:]:
+                kept.setdefault(r["event_id"], r)
+            if len(kept) < len(rows) - first:
+                rows[first:] = kept.values()
 
     # -- links --------------------------------------------------------------------------------------
     def _attach(self, f, fid, ts) -> None:

@@ -34,7 +34,6 @@ every row with the machine's on every fixture and on mutated frame tables.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -44,8 +43,9 @@ import pyarrow.compute as pc
 from amqplens.decode.detect import FAMILY_0_9_1
 from amqplens.lifecycle import machines
 from amqplens.lifecycle.amqp091 import ENDPOINT_EVENT
+from amqplens.lifecycle.props import columns as props_columns
 from amqplens.lifecycle.fold import Kept, _frame_ids, column_in, column_valid, column_values, kernels, stream_order, take_span
-from amqplens.lifecycle.records import DELIVERY_KEYS, FLOW_EVENT_KEYS, FROM_BROKER, TO_BROKER, Output, frame_arg, properties_0_9_1
+from amqplens.lifecycle.records import DELIVERY_KEYS, FLOW_EVENT_KEYS, FROM_BROKER, TO_BROKER, Output, frame_arg
 from amqplens.lifecycle.requests import RequestMatcher, sync_tables
 from amqplens.lifecycle.runner import REFERS_BACK
 
@@ -106,6 +106,36 @@ def _dense(*keys: np.ndarray) -> np.ndarray:
     return combined
 
 
+def as_text(table: pa.Table, names) -> pa.Table:
+    """The all-null columns among ``names`` as text (Arrow's null type has no string kernels)."""
+    for name in names:
+        if name in table.column_names and pa.types.is_null(table.column(name).type):
+            table = table.set_column(table.column_names.index(name), name, table.column(name).cast(pa.string()))
+    return table
+
+
+def connection_keys(table: pa.Table) -> tuple:
+    """What both array passes read first: (ts in microseconds, connection codes, dialect codes and values, direction
+    (1: to_client), stream offsets, each connection's bounds, each row's connection, the rows outside the runner's
+    contract: no direction, time or offset, or an offset not above the last of its direction)."""
+    n = table.num_rows
+    ts_col = table.column("ts")
+    if pa.types.is_timestamp(ts_col.type) and ts_col.type.unit != "us":
+        ts_col = ts_col.cast(pa.timestamp("us", tz=ts_col.type.tz))
+    ts = pc.fill_null(ts_col.cast(pa.int64()) if not pa.types.is_integer(ts_col.type) else ts_col, 0).to_numpy()
+    conn, _ = _codes(table.column("connection_id"))
+    dialect, dialects = _codes(table.column("dialect"))
+    direction = column_in(table, "direction", ["to_client"]).astype(np.int64)
+    offset = column_values(table, "stream_offset", 0)
+    starts = np.flatnonzero(np.r_[True, conn[1:] != conn[:-1]])
+    bounds = np.append(starts, n).astype(np.int64)
+    of_conn = np.repeat(np.arange(len(starts)), np.diff(bounds))
+    bad_row = ~(column_in(table, "direction", ["to_server", "to_client"]) & column_valid(table, "ts")
+                & column_valid(table, "stream_offset"))
+    bad_row |= stream_order(conn, direction, offset)[2]
+    return ts, conn, dialect, dialects, direction, offset, bounds, of_conn, bad_row
+
+
 class Result:
     """What ``lifecycle`` gives: ``taken`` (the rows of the connections it did; the others go to the machines), and
     per kind the rows: ``deliveries`` and ``flow_events`` as Arrow tables of the structs' fields (with
@@ -131,25 +161,12 @@ def lifecycle(table: "pa.Table | Kept", window: int, debug: bool = False, max_pe
             c not in table.column_names for c in ("connection_id", "direction", "stream_offset", "ts", "dialect",
                                                   "frame_type", "class_name", "method_name")):
         return result
-    for name in ("class_name", "method_name", "consumer_tag", "frame_type", "direction", "dialect", "connection_id"):
-        if name in table.column_names and pa.types.is_null(table.column(name).type):  # all null: as text
-            table = table.set_column(table.column_names.index(name), name, table.column(name).cast(pa.string()))
-    ts_col = table.column("ts")
-    if pa.types.is_timestamp(ts_col.type) and ts_col.type.unit != "us":
-        ts_col = ts_col.cast(pa.timestamp("us", tz=ts_col.type.tz))
-    ts = pc.fill_null(ts_col.cast(pa.int64()) if not pa.types.is_integer(ts_col.type) else ts_col, 0).to_numpy()
-    conn, _ = _codes(table.column("connection_id"))
-    dialect, dialects = _codes(table.column("dialect"))
-    direction = column_in(table, "direction", ["to_client"]).astype(np.int64)
-    offset = column_values(table, "stream_offset", 0)
-    starts = np.flatnonzero(np.r_[True, conn[1:] != conn[:-1]])
-    bounds = np.append(starts, n).astype(np.int64)
+    table = as_text(table, ("class_name", "method_name", "consumer_tag", "frame_type", "direction", "dialect", "connection_id"))
+    ts, conn, dialect, dialects, direction, offset, bounds, of_conn, bad_row = connection_keys(table)
+    starts = bounds[:-1]
     sizes = np.diff(bounds)
-    of_conn = np.repeat(np.arange(len(starts)), sizes)
     family = np.array([d in FAMILY_0_9_1 for d in dialects] + [False])[dialect]
-    bad_row = ~(column_in(table, "direction", ["to_server", "to_client"]) & column_valid(table, "ts")
-                & column_valid(table, "stream_offset") & family & (dialect == dialect[starts][of_conn]) & (conn >= 0))
-    bad_row |= stream_order(conn, direction, offset)[2]
+    bad_row |= ~(family & (dialect == dialect[starts][of_conn]) & (conn >= 0))
 
     # what each row does
     method = pc.fill_null(table.column("method_name"), "")
@@ -314,26 +331,6 @@ def _null_where(values: pa.Array, mask: np.ndarray) -> pa.Array:
     return pc.if_else(pa.array(mask), pa.scalar(None, values.type), values)
 
 
-def _properties(values: pa.Array) -> list[pa.Array]:
-    """message_id, correlation_id, content_type, delivery_mode, priority of each properties JSON (``Delivery.row``),
-    parsed once per distinct value."""
-    codes, texts = _codes(values)
-    infos = []
-    for text in texts:
-        info = (None,) * 6
-        if text:
-            try:
-                parsed = json.loads(text)
-            except ValueError:
-                parsed = None
-            if isinstance(parsed, dict):
-                info = properties_0_9_1(parsed)
-        infos.append(info)
-    infos.append((None,) * 6)  # null
-    types = (pa.string(), pa.string(), pa.string(), pa.int32(), pa.int32())
-    return [pa.array([x[k] for x in infos], t).take(pa.array(codes)) for k, t in enumerate(types)]
-
-
 def _with_first(first: pa.Array, rest: pa.Array) -> pa.Array:
     """Lists ``[first[j], *rest[j]]``."""
     rest = rest.cast(pa.list_(pa.string()))
@@ -373,7 +370,7 @@ def _deliveries(table, rows, action, state, by, by_ts, dtag, rec_queue, fids, ts
     source = np.where(publish, -1, rec_queue[rows])
     queue = _null_where(_col(table, "queue", np.maximum(source, 0), pa.string()), source < 0)
     props = _col(table, "fold_properties_json", rows, pa.string())
-    message_id, correlation_id, content_type, delivery_mode, priority = _properties(props)
+    message_id, correlation_id, content_type, delivery_mode, priority, _ = props_columns(props, "0-9-1")
     confirm = publish & (dtag[rows] > 0)
     columns = {
         "delivery_id": pc.binary_join_element_wise(cid, side, channel.cast(pa.string()), seq.cast(pa.string()), "-"),
@@ -519,4 +516,6 @@ def warm() -> float:
     table = pa.Table.from_pylist([dict.fromkeys(names) | r for r in rows])
     done = lifecycle(fold(table.sort_by([("ts", "ascending")]), 64), 64)
     assert done.taken.all(), "the warm-up connection is one the pass models"
+    for part in done.deliveries(8192):  # and the properties' scan (props_kernel)
+        assert part.num_rows
     return time.perf_counter() - t0

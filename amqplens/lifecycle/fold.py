@@ -35,7 +35,6 @@ to the machines. Without numba (``kernels``) nothing is folded.
 
 from __future__ import annotations
 
-import importlib
 
 import numpy as np
 import pyarrow as pa
@@ -52,7 +51,6 @@ _NEEDED = ("connection_id", "direction", "stream_offset", "ts", "dialect", "fram
 _MESSAGE_METHODS = ("publish", "deliver", "get-ok")
 
 
-_kernels = None
 
 
 class Handed:
@@ -197,12 +195,9 @@ def take_span(column: pa.ChunkedArray | pa.Array, rows: np.ndarray) -> pa.Array:
 def kernels():
     """``amqplens.lifecycle.kernels`` (numba, the decoder's disk cache), or None without numba: nothing is folded or
     taken from arrays, the machines do every frame."""
-    global _kernels
-    if _kernels is None:
-        from amqplens.decode.v0_9_1.hotpath import load_compiled
+    from amqplens.decode.v0_9_1.hotpath import compiled_module
 
-        _kernels = load_compiled(lambda: importlib.import_module("amqplens.lifecycle.kernels"))
-    return _kernels or None
+    return compiled_module("amqplens.lifecycle.kernels")
 
 
 def column_values(table: pa.Table, name: str, fill, dtype=np.int64) -> np.ndarray:

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from amqplens.lifecycle.batches import FRAME_COLUMNS, LifecycleBatcher
-from amqplens.lifecycle import array091
+from amqplens.lifecycle import array091, array10
 from amqplens.lifecycle.fold import FOLD_COLUMNS, Handed, Kept, fold
 from amqplens.lifecycle.runner import LifecycleOptions
 from amqplens.decode.common.arrow import use_task_memory_pool
@@ -296,6 +296,12 @@ class ConnectionLifecycle:
                 del folded
             elif order is not None:
                 frames = frames.take(order)
+            if self.arrays and isinstance(frames, pa.Table):  # the 1.0 connections array10.py models
+                done = array10.lifecycle(frames, self.out.options.reorder_window)
+                if done.taken.any():
+                    yield from self.out.arrays(done)
+                    frames = frames.filter(pa.array(~done.taken))
+                del done
             for start in range(0, frames.num_rows, self.batch_rows):
                 for batch in frames.slice(start, self.batch_rows).to_batches():
                     yield from self.out.feed(batch, columns)

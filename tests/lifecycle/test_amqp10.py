@@ -237,3 +237,26 @@ def test_open_begin_close_pairs():
                      ("close", "close", "error", "amqp:connection:forced")]
     assert r[0]["response_frame_id"] == o2["frame_id"] and r[0]["request_frame_id"] == o["frame_id"]
     assert r[-1]["response_frame_id"] == close["frame_id"] and r[1]["channel"] == CLIENT_CH
+
+
+def test_two_live_sessions_of_one_channel_number_close_with_one_row_per_key():
+    """The client begins a session on its channel 0 (the broker answers on 5); the broker begins one on its channel 0
+    (the client answers on 1): two live sessions whose channel is 0, each with a link the client sends on and the
+    broker's handle 0 receives (key ``0-s0``). At the close each has a delivery unsettled: one ``close`` row for the
+    key, not two rows with one event_id."""
+    c = Conversation("1.0")
+    c.perf(CLIENT, 0, "begin", next_outgoing_id=0, incoming_window=100, outgoing_window=100)
+    c.perf(SERVER, 5, "begin", args={"remote_channel": 0}, next_outgoing_id=0, incoming_window=100, outgoing_window=100)
+    c.perf(SERVER, 0, "begin", next_outgoing_id=0, incoming_window=100, outgoing_window=100)
+    c.perf(CLIENT, 1, "begin", args={"remote_channel": 0}, next_outgoing_id=0, incoming_window=100, outgoing_window=100)
+    for client_ch, server_ch in ((0, 5), (1, 0)):
+        c.perf(CLIENT, client_ch, "attach", handle=0, role="sender", link_name=f"L{client_ch}", delivery_count=0)
+        c.perf(SERVER, server_ch, "attach", handle=0, role="receiver", link_name=f"L{client_ch}")
+        c.perf(SERVER, server_ch, "flow", handle=0, link_credit=5, delivery_count=0, incoming_window=100,
+               next_incoming_id=0, next_outgoing_id=0, outgoing_window=100)
+        c.transfer(CLIENT, client_ch, 0, 0)
+    close = c.perf(CLIENT, 0, "close")
+    d, f, *_ = run(c)
+    assert sorted(x["outcome"] for x in d) == ["unsettled_at_close"] * 2
+    assert len({x["event_id"] for x in f}) == len(f)
+    assert [x["event_id"] for x in f if x["event"] == "close"] == [f"{close['frame_id']}-link-0-s0"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 import pyarrow as pa
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from amqplens.lifecycle import (
@@ -303,6 +303,10 @@ _step10 = st.one_of(
 
 @settings(max_examples=150, deadline=None)
 @given(steps=st.lists(_step10, max_size=40), window=st.sampled_from([0, 8]))
+# found by hypothesis: a transfer adopts a session on channel 0, a begin maps the sender's channel 0 to a new one,
+# both get links of the same key; the close ended both and their close rows shared an event_id
+@example(steps=[("transfer", "to_server", 0, None, False, False, False), ("begin", "to_server", 0, 0, False)]
+         + [("transfer", "to_server", 0, None, False, False, False)] * 5 + [("close", "to_server", 0, 0, False)], window=0)
 def test_any_1_0_frame_order_gives_consistent_rows(steps, window):
     c = Conversation("1.0", connection_id="fuzz10")
     for step in steps:

@@ -21,6 +21,7 @@ cache at install time, so no task pays the compile.
 
 from __future__ import annotations
 
+import importlib
 import os
 import pathlib
 import sys
@@ -75,6 +76,18 @@ def load_compiled(load):
         return load()
     except ImportError:
         return False
+
+
+_modules: dict = {}
+
+
+def compiled_module(name: str):
+    """The numba module ``name`` imported once a process through ``load_compiled`` (the decoder's disk cache), or
+    None when numba does not import (the caller then stays on its Python path)."""
+    module = _modules.get(name)
+    if module is None:
+        module = _modules[name] = load_compiled(lambda: importlib.import_module(name))
+    return module or None
 
 
 def _walk():

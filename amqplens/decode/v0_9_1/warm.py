@@ -74,6 +74,9 @@ def main() -> int:
     from amqplens.lifecycle import array091  # the fused lifecycle's passes share the cache
 
     print(f"amqplens.lifecycle: 0-9-1 array passes ready in {array091.warm():.1f} s")
+    from amqplens.lifecycle import array10
+
+    print(f"amqplens.lifecycle: AMQP 1.0 array pass ready in {array10.warm():.1f} s")
     return 0
 
 

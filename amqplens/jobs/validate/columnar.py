@@ -174,19 +174,11 @@ def _offending(check: ex.Check, b: _Batch):
     return None
 
 
-_kernels = None
-
-
 def kernels():
     """``keyset`` (numba, the decoder's disk cache), or None without numba: Arrow's kernels count then."""
-    global _kernels
-    if _kernels is None:
-        import importlib
+    from amqplens.decode.v0_9_1.hotpath import compiled_module
 
-        from amqplens.decode.v0_9_1.hotpath import load_compiled
-
-        _kernels = load_compiled(lambda: importlib.import_module("amqplens.jobs.validate.keyset"))
-    return _kernels or None
+    return compiled_module("amqplens.jobs.validate.keyset")
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
