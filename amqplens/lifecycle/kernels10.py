@@ -2,6 +2,13 @@
 prepares the columns and reads what this gives. ``Connection10`` (amqp10.py) is the reference; this pass follows it
 step by step for the connections it models and gives up on a connection (``bad``) the moment it meets anything
 else, whose rows are then the machine's.
+
+The arrays the pass keeps, indexed by session slot ``s``, link slot ``k`` or record row ``r``. Sessions: ``s_ch``
+(the begin's channel), ``s_state`` (endpoint), ``win[s, d, j]`` (j: next-outgoing-id, initial-outgoing-id,
+outgoing-window, incoming-window, remote-incoming-window of direction d; NONE for None), ``s_next[s, d]`` (the next
+delivery-id direction d's sender uses), ``s_first_link`` (its links in creation order, ``l_next``). Links: ``l_*``.
+Records (a delivery, at its first transfer's row): ``r_*``, the live ones kept per link in a doubly linked list
+(``link.unsettled``).
 """
 
 from __future__ import annotations
@@ -27,15 +34,6 @@ M32 = 1 << 32
 def _serial(a, b):
     """a - b in RFC 1982 serial-number arithmetic (32 bits): ``amqp10.serial_diff``."""
     return (a - b + (1 << 31)) % M32 - (1 << 31)
-
-
-class _State:
-    """(documentation only) the arrays the pass keeps, indexed by session slot ``s``, link slot ``k`` or record row ``r``:
-
-    sessions: ``s_ch`` (the begin's channel), ``s_state`` (endpoint), ``win[s, d, j]`` (j: next-outgoing-id,
-    initial-outgoing-id, outgoing-window, incoming-window, remote-incoming-window of direction d; NONE for None),
-    ``s_next[s, d]`` (the next delivery-id direction d's sender uses), ``s_links`` (first link, in creation order).
-    links: ``l_*``; records: ``r_*``, kept per link in a doubly linked list of the live ones (``link.unsettled``)."""
 
 
 @njit(cache=True, nogil=True)
