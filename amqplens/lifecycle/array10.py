@@ -200,7 +200,6 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False) -> Result:
     r_state = np.full(n, -1, np.int64)
     r_by = np.full(n, -1, np.int64)
     r_by_ts = np.zeros(n, np.int64)
-    r_session = np.full(n, -1, np.int64)
     r_link = np.full(n, -1, np.int64)
     r_offkey = np.zeros(n, np.bool_)
     r_aux = np.full((n, 6), -1, np.int64)
@@ -217,7 +216,7 @@ def lifecycle(table: pa.Table, window: int, debug: bool = False) -> Result:
         bounds, order, tuple(cols), _EP_NEXT, ep_ev, _EP.states.index("closed"), _EP.states.index("closing"),
         _EP.states.index("unseen"), _T[1], _T[2], _T[3], len(_TR.states), tr_ev, ev_state, ev_settle, _EFF_SETTLE,
         machines.EFFECTS.index("fire"), machines.EFFECTS.index("revert"),
-        bad, r_state, r_by, r_by_ts, r_session, r_link, r_offkey, r_aux, r_of, r_last, events, why)
+        bad, r_state, r_by, r_by_ts, r_link, r_offkey, r_aux, r_of, r_last, events, why)
     if debug:
         for c in np.flatnonzero(bad & ~conn_bad):
             at = int(why[c])
@@ -307,10 +306,11 @@ def _frame_lists(rows: np.ndarray, later: np.ndarray, r_of: np.ndarray, fids: Ca
     offsets = np.zeros(len(rows) + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
     picks = np.empty(int(offsets[-1]), np.int64)
-    picks[offsets[:-1]] = rows
-    more = np.flatnonzero(counts > 1)
-    for k in more:  # a message over several transfers: rare next to the one-transfer ones
-        picks[offsets[k] + 1:offsets[k + 1]] = later[lo[k]:hi[k]]
+    first = np.zeros(len(picks), bool)
+    first[offsets[:-1]] = True
+    picks[first] = rows
+    # the rows' later transfers are one run of ``later`` (both in delivery order), each delivery's after its first
+    picks[~first] = later[lo[0]:hi[-1]] if len(rows) else later[:0]
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), fids(picks).cast(pa.string()))
 
 

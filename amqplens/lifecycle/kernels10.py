@@ -96,10 +96,10 @@ def _unlink(r, link, sender_key, r_prev, r_next, l_head, l_tail, outstanding, r_
 @njit(cache=True, nogil=True)
 def lifecycle_pass(bounds, order, cols, ep_next, ep_ev, ep_closed, ep_closing, ep_unseen,
                    tr_next, tr_effect, tr_flagged, n_tr_states, tr_ev, ev_state, ev_settle, eff_settle, eff_fire,
-                   eff_revert, bad, r_state, r_by, r_by_ts, r_session, r_link, r_offkey, r_aux, r_of, r_last, events, why):
+                   eff_revert, bad, r_state, r_by, r_by_ts, r_link, r_offkey, r_aux, r_of, r_last, events, why):
     """Every connection ``c`` (rows ``order[bounds[c]:bounds[c+1]]``, the runner's order): ``bad[c]`` set where the
-    pass gives it up; else each transfer row's record (``r_*``: machine state, settling row and time, session and
-    link slots, whether its key is its offset) and the flow events (``events``' rows, returned: how many).
+    pass gives it up; else each transfer row's record (``r_*``: machine state, settling row and time, link
+    slot, what the row says of its link, whether its key is its offset) and the flow events (``events``' rows, returned: how many).
 
     ``ep_ev``: the endpoint machine's open, open_reply, close, close_reply; ``tr_ev``: the transfer machine's
     transfer, transfer_settled, detach, end, close, capture_end; ``ev_state``/``ev_settle``: per disposition state
@@ -314,7 +314,7 @@ def lifecycle_pass(bounds, order, cols, ep_next, ep_ev, ep_closed, ep_closing, e
                         r_offkey[i] = True
                     else:
                         last_seq[sk] = q
-                    r_session[i], r_link[i] = s, link
+                    r_link[i] = link
                     # what the row says of its link, as it is now (a later attach may fill in an address)
                     # (the queue: toward the broker the target, else the source; from it the source, else the target)
                     if (d == 0 and l_tgt[link] < 0) or (d == 1 and l_src[link] >= 0):
