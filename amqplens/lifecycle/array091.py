@@ -293,7 +293,8 @@ def lifecycle(table: "pa.Table | Kept", window: int, debug: bool = False, max_pe
     chan_of[dchan[dchan >= 0]] = channel[dchan >= 0]
     tag_of = np.zeros(max(n_cons, 1), np.int64)
     tag_of[cons[cons >= 0]] = np.flatnonzero(cons >= 0)
-    kept_events = events[keep]
+    kept_events = events if keep.all() else events[keep]
+    del events
     tags = take_span(tag_filled, tag_of)  # each consumer's tag, taken once
     result.flow_events = lambda size: (
         _flow_events(table, kept_events[at:at + size], chan_of, tags, fids, ts)

@@ -49,6 +49,10 @@ FOLD_COLUMNS = ("fold_frame_ids", "fold_properties_json", "fold_body_size", "fol
 _NEEDED = ("connection_id", "direction", "stream_offset", "ts", "dialect", "frame_type", "channel", "class_name",
            "method_name", "message_seq", "body_sha256")
 _MESSAGE_METHODS = ("publish", "deliver", "get-ok")
+# the source columns a Kept makes (and lets go) at once: the content frames' (the header's properties and body size,
+# the completing body's hash: on the rows folded away) and the frame ids (one a row, most of them folded away). On the
+# 2 GB load capture's 3.4M-frame connection they held 372 MiB of the source, their kept rows take 70 MiB
+_MADE_AT_ONCE = ("properties_json", "body_size", "body_sha256", "frame_id")
 
 
 
@@ -98,16 +102,18 @@ class Kept:
 
     @property
     def schema(self) -> pa.Schema:
-        fields = dict(self._fields)
+        fields = {k: pa.field(k, f.type.value_type, f.nullable) if pa.types.is_dictionary(f.type) else f
+                  for k, f in self._fields.items()}
         fields.update({k: pa.field(k, v.type) for k, v in self._added.items()})
         return pa.schema([fields[c] for c in self.column_names])
 
-    def column(self, name: str):
+    def column(self, name: str, join: bool = True):
+        """``join``: False takes a column of long chunks chunk by chunk (``take_span``), not from one copy of them."""
         col = self._added.get(name)
         if col is None:
             col = self._cache.get(name)
         if col is None:
-            col = self._cache[name] = pa.chunked_array([take_span(self._columns.pop(name), self._rows)])
+            col = self._cache[name] = pa.chunked_array([plain(take_span(self._columns.pop(name), self._rows, join))])
         return col
 
     def take(self, name: str, rows: np.ndarray) -> pa.Array:
@@ -122,7 +128,7 @@ class Kept:
                 col = self.column(name)
             else:
                 col, rows = source, self._rows[rows]
-        return take_span(col, rows)
+        return plain(take_span(col, rows))
 
     def set_column(self, i: int, name: str, column) -> "Kept":
         out = Kept.__new__(Kept)
@@ -144,7 +150,7 @@ class Kept:
             if made is not None:
                 out.append(made if keep is None else made.filter(keep))
             else:
-                out.append(take_span(self._columns.pop(name), pick))  # each source column let go once copied
+                out.append(plain(take_span(self._columns.pop(name), pick)))  # each source column let go once copied
         self._columns, self._cache = {}, {}
         return pa.Table.from_arrays(out, schema=schema)
 
@@ -157,11 +163,13 @@ def _small_chunks(column: pa.ChunkedArray) -> bool:
     return column.num_chunks > 1 and len(column) < column.num_chunks * SMALL_CHUNK
 
 
-def take_span(column: pa.ChunkedArray | pa.Array, rows: np.ndarray) -> pa.Array:
+def take_span(column: pa.ChunkedArray | pa.Array, rows: np.ndarray, join: bool = True) -> pa.Array:
     """``column``'s values at ``rows`` as one array. A ChunkedArray's take joins every chunk first, however few the
     rows (pyarrow 26: 29 ms against 0.1 ms for 8,192 rows of a 3.4M-row string column of 26 chunks, a cost per slice
     of a long connection's deliveries and flow events, and per connection of its rare frames): only the chunks the
-    rows span are joined, and where the rows are few against that span, they are taken chunk by chunk instead."""
+    rows span are joined, and where the rows are few against that span, they are taken chunk by chunk instead.
+    ``join`` False: chunk by chunk wherever the chunks are long (no copy of the span: a Parquet read's column of a
+    connection of millions of frames)."""
     rows = np.asarray(rows, np.int64)
     if not isinstance(column, pa.ChunkedArray):
         return column.take(pa.array(rows))
@@ -172,7 +180,7 @@ def take_span(column: pa.ChunkedArray | pa.Array, rows: np.ndarray) -> pa.Array:
     rows = rows - lo
     if span.num_chunks == 1:
         return span.chunk(0).take(pa.array(rows))
-    if len(rows) * 4 >= len(span) or _small_chunks(span):  # most of the span, or chunks too small to go one by one
+    if (join and len(rows) * 4 >= len(span)) or _small_chunks(span):  # most of the span, or chunks too small to go one by one
         return span.combine_chunks().take(pa.array(rows))
     lengths = np.array([len(c) for c in span.chunks])
     ends = np.cumsum(lengths)
@@ -219,7 +227,23 @@ def column_in(table: pa.Table, name: str, values) -> np.ndarray:
     if name not in table.column_names or pa.types.is_null(table.column(name).type):
         return np.zeros(table.num_rows, bool)
     column = table.column(name)
-    return pc.fill_null(pc.is_in(column, pa.array(values, column.type)), False).to_numpy(zero_copy_only=False)
+    type_ = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    return pc.fill_null(pc.is_in(column, pa.array(values, type_)), False).to_numpy(zero_copy_only=False)
+
+
+def plain(column):
+    """A column (Array or ChunkedArray) read dictionary-encoded (``jobs.lifecycle.DICTIONARY_COLUMNS``) as its values;
+    any other as it is."""
+    return column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
+
+
+def plain_table(table: pa.Table) -> pa.Table:
+    """``table`` with its dictionary-encoded columns as their values (what the machines and array passes read)."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_dictionary(field.type):
+            table = table.set_column(i, pa.field(field.name, field.type.value_type, field.nullable),
+                                     plain(table.column(i)))
+    return table
 
 
 def stream_order(conn: np.ndarray, direction: np.ndarray, offset: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -253,7 +277,7 @@ def fold(source: pa.Table | Handed, window: int, order: pa.Array | None = None, 
         source = source.take()
     k = kernels()
     if source.num_rows == 0 or k is None or any(c not in source.column_names for c in _NEEDED):
-        return source if order is None else source.take(order)
+        return plain_table(source if order is None else source.take(order))
     read = [c for c in (*_NEEDED, "frame_id") if c in source.column_names]
     if order is None:  # in order already (the lifecycle job's direct tasks): no copy of the columns read
         table, order = source.select(read), pa.array(np.arange(source.num_rows))
@@ -262,7 +286,7 @@ def fold(source: pa.Table | Handed, window: int, order: pa.Array | None = None, 
     # the plan's dozens of per-row arrays are gone before the rows kept are copied (a frame's worth of them each)
     plan = _plan(table, window, k)
     if plan is None:  # nothing to fold
-        return source.take(order)
+        return plain_table(source.take(order))
     if table.num_rows >= TRIM_ROWS:  # ... and their pages handed back (numpy's, from the C library's heap)
         trim_heap()
     ids = _frame_ids(table)
@@ -272,7 +296,15 @@ def fold(source: pa.Table | Handed, window: int, order: pa.Array | None = None, 
     handed = Handed(source)
     del source
     kept = _with_fold_columns(handed, order.to_numpy(zero_copy_only=False), ids, n, *plan)
-    return kept if lazy else kept.table()
+    del plan, ids, order
+    if n >= TRIM_ROWS:  # the folding's own per-row arrays too
+        trim_heap()
+    if not lazy:
+        return kept.table()
+    for name in _MADE_AT_ONCE:  # nearly all of their bytes are on the rows dropped
+        if name in kept.column_names:
+            kept.column(name, join=False)
+    return kept
 
 
 def _plan(table: pa.Table, window: int, k) -> tuple | None:
@@ -345,6 +377,7 @@ def _plan(table: pa.Table, window: int, k) -> tuple | None:
         hi = np.searchsorted(rare_keys, other * span + t_rank[stream[ends]], "right")
         keep = hi == lo
         methods, ends = methods[keep], ends[keep]
+        del rare, other, t_rank, rare_keys, lo, hi, keep
     folded_places = np.zeros(n + 1, np.int64)  # difference array over stream places: +1 after a method, -1 after its end
     np.add.at(folded_places, methods + 1, 1)
     np.add.at(folded_places, ends + 1, -1)
@@ -356,13 +389,17 @@ def _plan(table: pa.Table, window: int, k) -> tuple | None:
     drop[conn_starts] = False
     if not drop.any():
         return None
+    # what the order's check needs, not a dozen more arrays of the rows (a connection of 3.4M frames: 27 MiB each)
+    del (ts_col, ts, valid, conn, offset, idx, same_group, falls, bad, conn_bad, ok, is_method, is_header, is_body,
+         is_heartbeat, basic, seq_valid, seq, chan, has_sha, starts_message, group_start, last_method, m_place, m_row,
+         in_message, rows, shape, good, bad_so_far, bad_at_method, complete_here, first, folded_places)
     # the runner's order of the rows kept must not change (it can, where more rows share a time than its window)
-    method = table.column("method_name")
+    method = plain(table.column("method_name"))
     rank = (column_in(table, "method_name", sorted(REFERS_BACK)) | (
         pc.fill_null(pc.ends_with(method, "-ok"), False).to_numpy(zero_copy_only=False)
         if not pa.types.is_null(method.type) else np.zeros(n, bool))).astype(np.int64)
     same = np.ones(len(conn_starts), np.bool_)
-    k.same_order(np.append(conn_starts, n).astype(np.int64), direction, ts_v.astype(np.int64), rank, drop, window, same)
+    k.same_order(np.append(conn_starts, n).astype(np.int64), direction, np.asarray(ts_v, np.int64), rank, drop, window, same)
     changed = ~np.repeat(same, np.diff(np.append(conn_starts, n)))
     if changed.any():
         folded &= ~changed

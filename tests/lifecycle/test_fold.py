@@ -111,6 +111,51 @@ def test_folding_changes_no_row_of_a_fixture(path):
     assert _rows(table, True) == reference
 
 
+def _dictionaries(table: pa.Table) -> pa.Table:
+    """``table`` with the text columns the lifecycle job's direct tasks read dictionary-encoded so encoded, in chunks
+    of 100 rows (each chunk its own dictionary, as a Parquet read's row groups are)."""
+    table = pa.Table.from_batches(table.to_batches(max_chunksize=100))
+    for i, field in enumerate(table.schema):
+        if field.name in lifecycle.DICTIONARY_COLUMNS and pa.types.is_string(field.type):
+            table = table.set_column(i, field.name, pa.chunked_array(
+                [c.dictionary_encode() for c in table.column(i).chunks], pa.dictionary(pa.int32(), pa.string())))
+    return table
+
+
+def _direct_rows(table: pa.Table) -> dict[str, list]:
+    """The lifecycle job's direct task's rows (``sorted_table_lifecycle``) of ``table`` sorted as its read sorts."""
+    from amqplens.lifecycle.fused import sorted_table_lifecycle
+
+    table = table.take(pc.sort_indices(lifecycle._sort_keys(table), options=_SORT))
+    rows: dict[str, list] = {}
+    for b in sorted_table_lifecycle(Handed(table), [], **lifecycle.structs(), batch_rows=300):
+        if b.num_rows:
+            kind = b.column("kind")[0].as_py()
+            rows.setdefault(kind, []).extend(b.column(kind).to_pylist())
+    return {k: sorted(v, key=repr) for k, v in rows.items()}
+
+
+@pytest.mark.parametrize("path", [p for p in CAPTURES if "fuzz" not in p.parts], ids=lambda p: str(p.relative_to(DATA)))
+def test_frames_read_as_dictionaries_give_the_same_rows(path):
+    """The lifecycle job's direct tasks read the repeated text columns dictionary-encoded
+    (``jobs.lifecycle.DICTIONARY_COLUMNS``): folded, from arrays and through the machines, every row is the one the
+    frames fed one by one give (every fixture but the fuzz corpus, which the next test mutates)."""
+    table = _table(frames_of(path))
+    encoded = _dictionaries(table)
+    assert not table.num_rows or any(pa.types.is_dictionary(t) for t in encoded.schema.types)
+    assert _direct_rows(encoded) == _rows(table, False, arrays=False)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mutated_frames_read_as_dictionaries_give_the_same_rows(seed):
+    rng = random.Random(100 + seed)
+    for path in rng.sample(CAPTURES, 5):
+        rows = frames_of(path)
+        if rows:
+            table = _table(_mutate(rows, rng))
+            assert _direct_rows(_dictionaries(table)) == _rows(table, False, arrays=False), path
+
+
 def test_folding_takes_most_content_frames_of_the_broker_fixtures():
     """Not vacuous: on the real-broker captures most header and body frames are folded."""
     total = folded = 0
@@ -293,6 +338,7 @@ def test_take_span_and_kept_give_a_plain_take(chunk):
         for name in ("s", "i"):
             want = source.column(name).combine_chunks().take(pa.array(rows, pa.int64()))
             assert take_span(source.column(name), rows).equals(want), (name, len(rows))
+            assert take_span(source.column(name), rows, join=False).equals(want), (name, len(rows))
     kept_rows = np.sort(rng.choice(n, 6000, replace=False))
     plain = source.take(pa.array(kept_rows))
     added = {"x": pa.array(np.arange(len(kept_rows)))}
@@ -305,6 +351,13 @@ def test_take_span_and_kept_give_a_plain_take(chunk):
     got = kept.table(mask)
     want = plain.append_column("x", added["x"]).filter(pa.array(mask))
     assert got.column_names == ["s", "i", "x"] and got.equals(want.cast(got.schema))
+    # a dictionary-encoded source column (each chunk its own dictionary) comes out as its values
+    encoded = source.set_column(0, "s", pa.chunked_array([c.dictionary_encode() for c in source.column("s").chunks]))
+    kept = Kept(encoded, kept_rows, added)
+    assert kept.schema.field("s").type == pa.string()
+    assert kept.take("s", some).equals(plain.column("s").combine_chunks().take(pa.array(some)))
+    assert kept.column("s", join=False).combine_chunks().equals(plain.column("s").combine_chunks())
+    assert Kept(encoded, kept_rows, added).table(mask).equals(got)
 
 
 def test_a_header_without_properties_json_gives_null_properties():

@@ -169,6 +169,18 @@ def test_read_sorted_gives_the_rows_in_the_lifecycles_order():
     assert got.equals(want) and not got.equals(table)
     again = read_sorted(ds.dataset(want), want.column_names, everything)
     assert again.equals(want)
+    # the direct tasks read direction (and connection ids, were they so read) dictionary-encoded, each row group with
+    # its own dictionary: ranked by value, the same order, nulls first
+    parts = []
+    for batch in table.to_batches(max_chunksize=120):
+        cols = [c.dictionary_encode() if name in ("connection_id", "direction") else c
+                for name, c in zip(batch.schema.names, batch.columns)]
+        parts.append(pa.RecordBatch.from_arrays(cols, names=batch.schema.names))
+    encoded = pa.Table.from_batches(parts)
+    assert encoded.schema.field("direction").type == pa.dictionary(pa.int32(), pa.string())
+    got = read_sorted(ds.dataset(encoded), encoded.column_names, everything)
+    assert got.column("row").equals(want.column("row"))
+    assert got.column("direction").cast(pa.string()).equals(want.column("direction"))
 
 
 @pytest.mark.parametrize("sliced_runs", [0, 64])
