@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from amqplens.lifecycle.batches import FRAME_COLUMNS, LifecycleBatcher
 from amqplens.lifecycle import array091, array10
-from amqplens.lifecycle.fold import FOLD_COLUMNS, Handed, Kept, fold
+from amqplens.lifecycle.fold import FOLD_COLUMNS, Handed, Kept, fold, lean
 from amqplens.lifecycle.runner import LifecycleOptions
 from amqplens.decode.common.arrow import use_task_memory_pool
 from amqplens.decode.common.reports import ConnectionsClosed
@@ -150,6 +150,7 @@ class ConnectionLifecycle:
         frames are let go a group at a time (a group's columns as the folding copies them: see ``fold``)."""
         if isinstance(frames, Handed):
             frames = frames.take()
+        frames = lean(frames)  # held whole: the text no path reads let go
         self.types = {f.name: f.type for f in frames.schema if f.name in READ_COLUMNS}
         self.types.update((f.name, f.type) for f in fields if f.name not in self.types)
         n = frames.num_rows
