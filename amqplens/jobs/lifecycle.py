@@ -308,9 +308,7 @@ def _sort_keys(table: pa.Table) -> pa.Table:
     for name in ("connection_id", *SORT_KEYS):
         column = table.column(name)
         if pa.types.is_dictionary(column.type):
-            column = column.unify_dictionaries().combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-            if isinstance(column, pa.ChunkedArray):
-                column = column.chunk(0) if column.num_chunks else pa.array([], column.type)
+            column = column.unify_dictionaries().combine_chunks()  # one array, one dictionary
             rank = np.append(pc.rank(column.dictionary, "ascending").to_numpy().astype(np.int32), np.int32(-1))
             codes = pc.fill_null(column.indices, -1).to_numpy().astype(np.int64)
             column = pa.array(rank[codes])

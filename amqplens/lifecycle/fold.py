@@ -326,9 +326,10 @@ def fold(source: pa.Table | Handed, window: int, order: pa.Array | None = None, 
         trim_heap()
     if not lazy:
         return kept.table()
-    for name in _MADE_AT_ONCE:  # nearly all of their bytes are on the rows dropped
-        if name in kept.column_names:
-            kept.column(name, join=False)
+    if n >= TRIM_ROWS:  # a connection of millions of frames: nearly all of these columns' bytes are on the rows dropped
+        for name in _MADE_AT_ONCE:
+            if name in kept.column_names:
+                kept.column(name, join=False)
     return kept
 
 
