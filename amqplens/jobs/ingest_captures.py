@@ -45,7 +45,7 @@ from amqplens.decode.capture import headscan, plan_splits, sniff_format, sniff_h
 from amqplens.logs import SNIFF_BYTES as LOG_SNIFF_BYTES
 from amqplens.logs import sniff as log_sniff
 from amqplens.decode.codecs import DecodeOptions
-from amqplens.decode.common.arrow import repeated
+from amqplens.decode.common.arrow import frame_ids, repeated
 from amqplens.decode.common.reports import MetaReport
 from amqplens.decode.pipeline import RowKind
 from amqplens.decode.tls import KeyLog
@@ -189,15 +189,8 @@ def frame_rows(out):
     ``s``/``c`` (to_server or not), stream offset joined by ``-``; ``ts`` from
     ``ts_us``; ``source`` = capture.
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     frame = out.column("frame")
-    to_server = pc.fill_null(pc.equal(frame.field("direction"), "to_server"), False)
-    letter = pc.if_else(to_server, pa.scalar("s"), pa.scalar("c"))
-    frame_id = pc.binary_join_element_wise(
-        frame.field("connection_id"), letter, pc.cast(frame.field("stream_offset"), pa.string()), "-", null_handling="skip"
-    )
+    frame_id = frame_ids(frame.field("connection_id"), frame.field("direction"), frame.field("stream_offset"))
     return contract_batch(FRAMES, frame, {"frame_id": frame_id, "capture_id": out.column("capture_id"),
                                           "source": _capture_source(out.num_rows)})
 

@@ -216,17 +216,20 @@ def direct_plan(store: TableStore, units: list[str], tasks: int, task_frames: in
 PLAN_SCHEMA = pa.schema([("plan", pa.string())])
 
 
-def direct_task(plans, root: str, read: list[str], fields: list[pa.Field], fn, staged: dict[str, StagedTable]):
+def direct_task(plans, root: str, read: list[str], fields: list[pa.Field], fn, staged: dict[str, StagedTable],
+                lean_read: bool = False):
     """A direct task: its connections' frames read from the lake's files by pyarrow (no scan through the JVM, no
     shuffle), sorted as the Spark path sorts a partition, and written (``stage_lifecycle``). ``fn``: the whole
     sorted table and ``fields`` (the frame columns not read, all null) -> ``lifecycle_batches``' output.
-    Holds the task's frames once sorted (the source table is let go), and the copies one group of connections makes."""
+    Holds the task's frames once sorted (the source table is let go), and the copies one group of connections makes.
+    ``lean_read``: the hot methods' arguments let go a batch at a time as they are read (``fold.lean``; the compiled
+    lifecycle, which makes its frames lean anyway), not after the whole read."""
     import json
 
     import pyarrow.compute as pc
 
     from amqplens.decode.common.arrow import use_task_memory_pool
-    from amqplens.lifecycle.fold import Handed
+    from amqplens.lifecycle.fold import Handed, lean
 
     use_task_memory_pool()  # before the reads, whose dropped rows the pool hands back
     store = TableStore(None, root)
@@ -235,8 +238,11 @@ def direct_task(plans, root: str, read: list[str], fields: list[pa.Field], fn, s
             plan = json.loads(text)
             data = _row_groups(store, plan["files"])
             wanted = pc.field("connection_id").isin(pa.array(plan["connections"], pa.string()))
+            # not read: the frame ids (made for the rows written: fold.frame_ids_at) and a task's one connection id
+            single = plan["connections"][0] if len(plan["connections"]) == 1 else None
+            columns = [c for c in read if c != "frame_id" and (single is None or c != "connection_id")]
             # handed on: the lifecycle lets the frames go as it copies the rows it keeps (fold.Handed)
-            frames = Handed(read_sorted(data, read, wanted))
+            frames = Handed(read_sorted(data, columns, wanted, single, lean if lean_read else None))
             yield from stage_lifecycle(None, lambda _, frames=frames: fn(frames, fields), staged)
 
 
@@ -268,10 +274,13 @@ def _row_groups(store: TableStore, groups: dict[str, list[int]]):
 SLICED_RUNS = 64  # read_sorted: at most this many runs in order already are put together as slices, not copied
 
 
-def read_sorted(data, columns: list[str], where) -> pa.Table:
+def read_sorted(data, columns: list[str], where, single: str | None = None, each=None) -> pa.Table:
     """The rows of ``data`` (a pyarrow dataset) ``where`` keeps, sorted as the lifecycle sorts a partition, taken a
     column at a time, each source column let go once taken: the frames and one column more are held, not the frames
-    twice (3.6 -> 2.8 GB after the sort for a task of a connection of 3.4M frames)."""
+    twice (3.6 -> 2.8 GB after the sort for a task of a connection of 3.4M frames). ``single``: the connection id of
+    every row ``where`` keeps, made as a dictionary of that one value instead of read (``columns`` lacks it): 116 MiB
+    of text of the 2 GB load capture's longest connection. ``each``: a function of each table of rows read (one
+    batch), applied as it is read (``fold.lean``)."""
     import numpy as np
     import pyarrow.compute as pc
     from amqplens.lifecycle.fold import Handed
@@ -279,7 +288,15 @@ def read_sorted(data, columns: list[str], where) -> pa.Table:
 
     # two batches of read-ahead: Arrow's default (16 batches, 4 files) read the 2 GB capture's largest task in 3.8 s
     # against 1.4 s, holding more of the rows the filter drops
-    table = data.to_table(columns=columns, filter=where, batch_readahead=2, fragment_readahead=1)
+    scan = data.scanner(columns=columns, filter=where, batch_readahead=2, fragment_readahead=1)
+    if each is None:
+        table = scan.to_table()
+    else:  # a batch at a time as it is read: what ``each`` lets go is never held for the whole read
+        table = pa.concat_tables([each(pa.Table.from_batches([b], scan.projected_schema)) for b in scan.to_batches()]
+                                 or [scan.projected_schema.empty_table()])
+    if single is not None:
+        table = table.append_column("connection_id", pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(table.num_rows, np.int32)), pa.array([single], pa.string())))
     order = pc.sort_indices(_sort_keys(table), options=sort_options())
     at = order.to_numpy()
     if not len(at):
@@ -319,9 +336,9 @@ def _sort_keys(table: pa.Table) -> pa.Table:
 def _direct_machines(frames, fields: list[pa.Field], **kwargs):
     """``lifecycle_batches`` over a direct task's sorted frames (``fold.Handed``; ``lifecycle.compiled`` off), their
     dictionary-encoded columns as values."""
-    from amqplens.lifecycle.fold import plain_table
+    from amqplens.lifecycle.fold import plain_table, with_frame_ids
 
-    frames = plain_table(frames.take())
+    frames = with_frame_ids(plain_table(frames.take()))
     return _refilled(iter(frames.to_batches(max_chunksize=kwargs["batch_rows"])), lifecycle_batches, fields, **kwargs)
 
 
@@ -368,7 +385,8 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
         whole = functools.partial(sorted_table_lifecycle if conf["lifecycle.compiled"] != "off" else _direct_machines,
                                   **structs(), batch_rows=conf["capture.batch_rows"])
         out = rows.mapInArrow(functools.partial(direct_task, root=store.root, read=read, fields=fields, fn=whole,
-                                                staged=staged), from_arrow_schema(STAGED_SCHEMA))
+                                                staged=staged, lean_read=conf["lifecycle.compiled"] != "off"),
+                              from_arrow_schema(STAGED_SCHEMA))
     else:
         out = (
             store.read("frames", list(pending)).select(*read)

@@ -44,7 +44,7 @@ from amqplens.decode.detect import FAMILY_0_9_1
 from amqplens.lifecycle import machines
 from amqplens.lifecycle.amqp091 import ENDPOINT_EVENT
 from amqplens.lifecycle.props import columns as props_columns
-from amqplens.lifecycle.fold import Kept, _frame_ids, column_in, column_valid, column_values, kernels, stream_order, take_span
+from amqplens.lifecycle.fold import Kept, column_in, column_valid, column_values, frame_ids_at, kernels, stream_order, take_span
 from amqplens.lifecycle.records import DELIVERY_KEYS, FLOW_EVENT_KEYS, FROM_BROKER, TO_BROKER, Output, frame_arg
 from amqplens.lifecycle.requests import RequestMatcher, sync_tables
 from amqplens.lifecycle.runner import REFERS_BACK
@@ -310,10 +310,7 @@ def _at(table: "pa.Table | Kept", name: str, rows: np.ndarray) -> pa.Array:
 
 def _frame_id_at(table: "pa.Table | Kept") -> Callable[[np.ndarray], pa.Array]:
     """The frame ids of rows, as a function of the rows (taken where they are read, not a column of every row)."""
-    if "frame_id" in table.column_names:
-        return lambda rows: _at(table, "frame_id", rows)
-    ids = _frame_ids(table)
-    return lambda rows: take_span(ids, rows)
+    return lambda rows: frame_ids_at(table, rows)
 
 
 def _labels(values: tuple | list, codes: np.ndarray) -> pa.Array:

@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from amqplens.decode.common.arrow import trim_heap
+from amqplens.decode.common.arrow import frame_ids, trim_heap
 from amqplens.decode.detect import FAMILY_0_9_1
 from amqplens.lifecycle.runner import REFERS_BACK
 
@@ -245,7 +245,7 @@ def lean(table: pa.Table) -> pa.Table:
         return table
     hot = (column_in(table, "class_name", ["basic"]) & column_in(table, "method_name", list(_LEAN_METHODS))
            & column_in(table, "dialect", sorted(FAMILY_0_9_1)))
-    if not hot.any():
+    if not (hot & column_valid(table, "arguments_json")).any():  # none, or made lean already (as read)
         return table
     i = names.index("arguments_json")
     chunks, at = [], 0
@@ -282,12 +282,26 @@ def stream_order(conn: np.ndarray, direction: np.ndarray, offset: np.ndarray) ->
     return stream, same_group, falls
 
 
-def _frame_ids(table: pa.Table) -> pa.ChunkedArray:
+def frame_ids_at(table: "pa.Table | Kept", rows: np.ndarray) -> pa.Array:
+    """The frame ids of ``rows`` of ``table``: its frame_id column's where it has one, else made from the rows'
+    connection, direction and offset by the rule the ingest jobs write the column by (``arrow.frame_ids``). The
+    lifecycle job's direct tasks do not read the column (153 MiB of text of the 2 GB load capture's longest
+    connection, most of it on frames folded away) and make the ids of the rows they write only."""
+    rows = np.asarray(rows, np.int64)
+
+    def at(name: str) -> pa.Array:
+        return table.take(name, rows) if isinstance(table, Kept) else plain(take_span(table.column(name), rows))
+
     if "frame_id" in table.column_names:
-        return table.column("frame_id")
-    side = pc.if_else(pc.equal(table.column("direction"), "to_server"), "s", "c")
-    return pc.binary_join_element_wise(table.column("connection_id"), side,
-                                       pc.cast(table.column("stream_offset"), pa.string()), "-")
+        return at("frame_id")
+    return frame_ids(at("connection_id"), at("direction"), at("stream_offset"))
+
+
+def with_frame_ids(table: pa.Table) -> pa.Table:
+    """``table`` with its frame_id column, made (``frame_ids_at``) where it was not read: the rows the machines take."""
+    if "frame_id" in table.column_names:
+        return table
+    return table.append_column("frame_id", pa.chunked_array([frame_ids_at(table, np.arange(table.num_rows))], pa.string()))
 
 
 def fold(source: pa.Table | Handed, window: int, order: pa.Array | None = None, lazy: bool = False) -> "pa.Table | Kept":
@@ -314,7 +328,7 @@ def fold(source: pa.Table | Handed, window: int, order: pa.Array | None = None, 
         return plain_table(source.take(order))
     if table.num_rows >= TRIM_ROWS:  # ... and their pages handed back (numpy's, from the C library's heap)
         trim_heap()
-    ids = _frame_ids(table)
+    ids = table.select(["frame_id"] if "frame_id" in table.column_names else ["connection_id", "direction", "stream_offset"])
     n = table.num_rows
     del table
     # from here on only ``source`` holds the frames: _with_fold_columns lets its columns go as it copies them
@@ -452,11 +466,11 @@ def _time_rank(conn: np.ndarray, ts: np.ndarray) -> np.ndarray:
     return np.unique(ts, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
-def _with_fold_columns(handed: Handed, order: np.ndarray, frame_ids: pa.ChunkedArray, n: int, drop: np.ndarray,
+def _with_fold_columns(handed: Handed, order: np.ndarray, ids: pa.Table, n: int, drop: np.ndarray,
                        method_rows: np.ndarray, end_rows: np.ndarray, stream: np.ndarray, pos: np.ndarray,
                        folded: np.ndarray) -> Kept:
-    """``frame_ids``: the frame ids of the ``n`` rows in order (``source`` rows ``order``); rows are places in that
-    order. The rows kept as a ``Kept`` of the source (``handed``'s, which nothing else holds)."""
+    """``ids``: what gives the frame ids (``frame_ids_at``) of the ``n`` rows in order (``source`` rows ``order``);
+    rows are places in that order. The rows kept as a ``Kept`` of the source (``handed``'s, which nothing else holds)."""
     source = handed.table
     kept = np.flatnonzero(~drop)
     out_place = np.full(n, -1, np.int64)
@@ -476,9 +490,9 @@ def _with_fold_columns(handed: Handed, order: np.ndarray, frame_ids: pa.ChunkedA
     has = np.zeros(len(kept), bool)
     has[out_place[method_rows]] = True
     mask = pa.array(~has)
-    ids = frame_ids.take(pa.array(frames)).combine_chunks()
-    del frame_ids
-    fold_ids = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), ids, mask=mask)  # a batch: < 2**31 rows
+    fids = frame_ids_at(ids, frames)
+    del ids
+    fold_ids = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), fids, mask=mask)  # a batch: < 2**31 rows
     header_of = np.zeros(len(kept), np.int64)
     header_of[out_place[method_rows]] = stream[pos[method_rows] + 1]
     end_of = np.zeros(len(kept), np.int64)

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from amqplens.lifecycle.batches import FRAME_COLUMNS, LifecycleBatcher
 from amqplens.lifecycle import array091, array10
-from amqplens.lifecycle.fold import FOLD_COLUMNS, Handed, Kept, fold, lean
+from amqplens.lifecycle.fold import FOLD_COLUMNS, Handed, Kept, fold, lean, with_frame_ids
 from amqplens.lifecycle.runner import LifecycleOptions
 from amqplens.decode.common.arrow import use_task_memory_pool
 from amqplens.decode.common.reports import ConnectionsClosed
@@ -153,6 +153,7 @@ class ConnectionLifecycle:
         frames = lean(frames)  # held whole: the text no path reads let go
         self.types = {f.name: f.type for f in frames.schema if f.name in READ_COLUMNS}
         self.types.update((f.name, f.type) for f in fields if f.name not in self.types)
+        self.types.setdefault("frame_id", pa.string())  # not read: made for the rows written (fold.frame_ids_at)
         n = frames.num_rows
         groups = []
         start = 0
@@ -297,6 +298,8 @@ class ConnectionLifecycle:
                 del folded
             elif order is not None:
                 frames = frames.take(order)
+            if isinstance(frames, pa.Table):  # where the frames were read without them: the rows the rest takes
+                frames = with_frame_ids(frames)
             if self.arrays and isinstance(frames, pa.Table):  # the 1.0 connections array10.py models
                 done = array10.lifecycle(frames, self.out.options.reorder_window)
                 if done.taken.any():

@@ -20,9 +20,14 @@ BROKER = DATA / "broker"
 def _decoded(path: str) -> tuple:
     frames = decode_capture(path, capture_id="cap", tls=False).frames()
     for f in frames:
-        f["frame_id"] = f"{f['connection_id']}-{'s' if f['direction'] == 'to_server' else 'c'}-{f['stream_offset']}"
+        f["frame_id"] = frame_id(f)
         f["capture_id"] = "cap"
     return tuple(frames)
+
+
+def frame_id(row: dict) -> str:
+    """The id the ingest job gives a frame row: connection, ``s`` (to_server) or ``c``, and stream offset by ``-``."""
+    return f"{row['connection_id']}-{'s' if row['direction'] == 'to_server' else 'c'}-{row['stream_offset']}"
 
 
 def frames_of(path) -> list[dict]:

@@ -27,7 +27,7 @@ from amqplens.lifecycle.batches import FRAME_COLUMNS
 from amqplens.lifecycle.fold import Handed, fold
 from amqplens.lifecycle.fused import _SORT, ConnectionLifecycle
 from amqplens.lifecycle.runner import LifecycleOptions
-from tests.lifecycle.captures import DATA, frames_of
+from tests.lifecycle.captures import DATA, frame_id, frames_of
 
 CAPTURES = sorted(p for p in DATA.rglob("*.pcap*") if "tls" not in p.parts)
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -144,6 +144,50 @@ def test_frames_read_as_dictionaries_give_the_same_rows(path):
     encoded = _dictionaries(table)
     assert not table.num_rows or any(pa.types.is_dictionary(t) for t in encoded.schema.types)
     assert _direct_rows(encoded) == _rows(table, False, arrays=False)
+
+
+def _one_connection_tasks(table: pa.Table) -> dict[str, list]:
+    """``_direct_rows`` of each connection of ``table`` alone, read as a direct task of one connection reads it: no
+    frame_id column (the lifecycle makes the ids of the rows it writes) and the connection id not read but made, a
+    dictionary of its one value (``read_sorted``'s ``single``)."""
+    rows: dict[str, list] = {}
+    for cid in pc.unique(table.column("connection_id")).to_pylist():
+        mine = table.filter(pc.equal(table.column("connection_id"), cid) if cid is not None
+                            else pc.is_null(table.column("connection_id")))
+        mine = mine.drop_columns(["frame_id", "connection_id"])
+        if cid is not None:
+            mine = mine.append_column("connection_id", pa.DictionaryArray.from_arrays(
+                pa.array(np.zeros(mine.num_rows, np.int32)), pa.array([cid], pa.string())))
+        else:
+            mine = mine.append_column("connection_id", pa.nulls(mine.num_rows, pa.string()))
+        for kind, got in _direct_rows(mine).items():
+            rows.setdefault(kind, []).extend(got)
+    return {k: sorted(v, key=repr) for k, v in rows.items()}
+
+
+@pytest.mark.parametrize("path", [p for p in CAPTURES if "fuzz" not in p.parts], ids=lambda p: str(p.relative_to(DATA)))
+def test_frames_read_without_their_ids_give_the_same_rows(path):
+    """The direct tasks read no frame_id (made from connection, direction and offset for the rows written:
+    ``fold.frame_ids_at``) and a task of one connection not its id: every row, frame ids and the lists of a
+    message's frames included, is the one the frames fed one by one with their ids give (the ids there made in
+    Python by tests/lifecycle/captures.py, as the ingest job names them)."""
+    table = _table(frames_of(path))
+    got = _one_connection_tasks(_dictionaries(table))
+    assert got == _rows(table, False, arrays=False)
+    if path.name in ("consume_prefetch_ack.pcap", "publish_confirms.pcap", "amqp10_rich.pcap"):  # not vacuous
+        ids = [i for d in got["delivery"] for i in d["frame_ids"]] + [e["frame_id"] for e in got.get("flow_event", [])]
+        assert len(ids) > 20 and all(i and i.count("-") >= 2 for i in ids)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mutated_frames_read_without_their_ids_give_the_same_rows(seed):
+    rng = random.Random(200 + seed)
+    for path in rng.sample(CAPTURES, 5):
+        rows = frames_of(path)
+        if rows:
+            # the mutated rows named again as the ingest names frames (a row's id follows its direction and offset)
+            table = _table([{**r, "frame_id": frame_id(r)} for r in _mutate(rows, rng)])
+            assert _one_connection_tasks(_dictionaries(table)) == _rows(table, False, arrays=False), path
 
 
 @pytest.mark.parametrize("seed", range(4))

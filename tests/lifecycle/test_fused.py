@@ -210,3 +210,45 @@ def test_read_sorted_puts_runs_in_order_together(monkeypatch, sliced_runs):
     want = table.take(pc.sort_indices(table, options=sort_options()))
     assert got.equals(want) and not table.equals(want)
     assert got.column("row").to_pylist() == list(range(40, 80)) + list(range(80, 120)) + list(range(0, 40))
+
+
+def test_read_sorted_of_one_connection_makes_its_id_and_applies_each_batch():
+    """A direct task of one connection reads no connection id (``single``: made, a dictionary of the one value) and
+    lets go of the hot methods' arguments a batch at a time as it reads (``each``): the same rows, in the same order,
+    as the read of every column with the whole table made lean after it. The dataset's rows come in several batches,
+    the rows out of order, a filter dropping some."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from amqplens.jobs.lifecycle import read_sorted
+    from amqplens.lifecycle.fold import lean, plain_table
+
+    rng = np.random.default_rng(5)
+    n = 600
+    methods = ["publish", "deliver", "ack", "consume", "qos", None]
+    table = pa.table({
+        "connection_id": pa.array(["only"] * n),
+        "ts": pa.array(rng.integers(0, 50, n), pa.int64()),
+        "stream_offset": pa.array(rng.permutation(n), pa.int64()),
+        "direction": pa.array([("to_server", "to_client")[int(d)] for d in rng.integers(0, 2, n)]),
+        "dialect": pa.array(["0-9-1"] * n),
+        "class_name": pa.array(["basic"] * n),
+        "method_name": pa.array([methods[int(m)] for m in rng.integers(0, len(methods), n)]),
+        "arguments_json": pa.array([f'{{"k": {k}}}' for k in range(n)]),
+        "row": pa.array(np.arange(n)),
+        "kept": pa.array(np.arange(n) % 7 != 3),
+    })
+    data = ds.dataset([pa.Table.from_batches(table.to_batches(max_chunksize=70))])
+    where = ds.field("kept")
+    want = lean(read_sorted(data, table.column_names, where))
+    columns = [c for c in table.column_names if c != "connection_id"]
+    got = read_sorted(data, columns, where, single="only", each=lean)
+    assert pa.types.is_dictionary(got.schema.field("connection_id").type)
+    assert plain_table(got).select(want.column_names).equals(want)
+    assert want.num_rows == sum(k % 7 != 3 for k in range(n))
+    hot = pc.is_in(want.column("method_name"), pa.array(["publish", "deliver", "ack"])).to_numpy(zero_copy_only=False)
+    args = want.column("arguments_json").to_numpy(zero_copy_only=False)
+    assert hot.any() and all(a is None for a in args[hot]) and all(a is not None for a in args[~hot])
+    empty = read_sorted(data, columns, ds.field("row") < 0, single="only", each=lean)
+    assert empty.num_rows == 0 and "connection_id" in empty.column_names

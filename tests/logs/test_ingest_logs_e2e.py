@@ -260,3 +260,17 @@ def test_metrics_of_logs_and_captures_are_the_same_rows_on_both_engines(spark, c
     root = str(lake["root"] / "lake")
     n = _same_rows(spark, conf.with_overrides(lake__root=root), TableStore(spark, root), monkeypatch)
     assert n["metrics_latency"] > 0 and n["metrics_errors"] > 0, n
+
+
+def test_every_frame_id_follows_the_rule_the_lifecycle_job_names_frames_by(spark, lake):
+    """The lifecycle job's direct tasks make frame ids (``arrow.frame_ids``) rather than read them: both ingest jobs
+    wrote every frame's id by that rule, the traces' in Spark (``concat_ws``) and the captures' in Arrow."""
+    from deltalake import DeltaTable
+
+    from amqplens.decode.common.arrow import frame_ids
+
+    t = DeltaTable(str(lake["root"] / "lake" / "frames")).to_pyarrow_table(
+        columns=["frame_id", "connection_id", "direction", "stream_offset", "source"])
+    assert {"trace_log", "capture"} <= set(t.column("source").to_pylist()) and t.num_rows > 100
+    made = frame_ids(t.column("connection_id"), t.column("direction"), t.column("stream_offset"))
+    assert made.to_pylist() == t.column("frame_id").to_pylist()

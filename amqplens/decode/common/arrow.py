@@ -76,6 +76,19 @@ def repeated(value: str | None, n: int) -> pa.Array:
     return pa.repeat(pa.scalar(value, pa.string()), n)
 
 
+def frame_ids(connection_id, direction, stream_offset):
+    """The frames table's ``frame_id`` of rows (Arrow arrays, or chunked): connection, ``s`` (to_server) or ``c``
+    (anything else, a null direction too) and stream offset joined by ``-``, a null part left out. The rule both
+    ingest jobs write the column by (``ingest_captures.frame_rows``; ``ingest_logs`` in Spark: ``concat_ws`` of the same
+    parts); the lifecycle job's direct tasks make the ids of the rows they write by it instead of reading the column."""
+    import pyarrow.compute as pc
+
+    to_server = pc.fill_null(pc.equal(direction, "to_server"), False)
+    letter = pc.if_else(to_server, pa.scalar("s"), pa.scalar("c"))
+    return pc.binary_join_element_wise(connection_id, letter, pc.cast(stream_offset, pa.string()), "-",
+                                       null_handling="skip")
+
+
 def to_struct_array(rows: list[dict], typ: pa.StructType) -> pa.Array:
     """Rows (dicts, extra keys ignored) as a struct array; values the type cannot hold become null."""
     try:
