@@ -339,11 +339,12 @@ class LifecycleSettings(_Section):
         "`max_connection_frames` frames takes, or a frames file not written by amqplens). Same rows either way")
     direct_task_frames: Annotated[int, *Int(1)] = setting(
         3_000_000, "a direct `lifecycle` task is given connections of about this many frames in all (at least one task "
-        "per core, a connection never split); it holds their frames (about 400 bytes a frame of a 0-9-1 capture)")
+        "per core, a connection never split); it holds their frames (about 170 bytes a frame of a 0-9-1 capture as "
+        "read: no frame ids, the repeated text as dictionaries)")
     max_connection_frames: Annotated[int, *Int(1)] = setting(
         4_000_000, "the `lifecycle` job holds each connection whole to fold its content and do it from arrays "
-        "(`compiled`): a worker peaks at about 1.2 KB a frame of its largest connection (4.1 GB for one of 3.4M "
-        "frames). A capture with a connection of more frames takes Spark's sort, and that connection goes to the "
+        "(`compiled`): a worker peaks at about 400 bytes a frame of its largest connection above its ~400 MiB at rest "
+        "(1.7 GB for one of 3.4M frames). A capture with a connection of more frames takes Spark's sort, and that connection goes to the "
         "machines frame by frame as it comes, held nowhere (about 3x slower). Same rows either way")
 
 
