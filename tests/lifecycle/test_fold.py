@@ -179,25 +179,24 @@ def test_frames_read_without_their_ids_give_the_same_rows(path):
         assert len(ids) > 20 and all(i and i.count("-") >= 2 for i in ids)
 
 
+# the direct tasks' reads: the repeated text as dictionaries; and, a task of one connection, without the frame and
+# connection ids (the mutated rows then named again as the ingest names frames: an id follows direction and offset)
+_READS = {"dictionaries": (100, _direct_rows, False), "without ids": (200, _one_connection_tasks, True)}
+
+
+@pytest.mark.parametrize("read", sorted(_READS))
 @pytest.mark.parametrize("seed", range(4))
-def test_mutated_frames_read_without_their_ids_give_the_same_rows(seed):
-    rng = random.Random(200 + seed)
+def test_mutated_frames_read_as_direct_tasks_read_them_give_the_same_rows(seed, read):
+    base, rows_of, renamed = _READS[read]
+    rng = random.Random(base + seed)
     for path in rng.sample(CAPTURES, 5):
         rows = frames_of(path)
         if rows:
-            # the mutated rows named again as the ingest names frames (a row's id follows its direction and offset)
-            table = _table([{**r, "frame_id": frame_id(r)} for r in _mutate(rows, rng)])
-            assert _one_connection_tasks(_dictionaries(table)) == _rows(table, False, arrays=False), path
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_mutated_frames_read_as_dictionaries_give_the_same_rows(seed):
-    rng = random.Random(100 + seed)
-    for path in rng.sample(CAPTURES, 5):
-        rows = frames_of(path)
-        if rows:
-            table = _table(_mutate(rows, rng))
-            assert _direct_rows(_dictionaries(table)) == _rows(table, False, arrays=False), path
+            mutated = _mutate(rows, rng)
+            if renamed:
+                mutated = [{**r, "frame_id": frame_id(r)} for r in mutated]
+            table = _table(mutated)
+            assert rows_of(_dictionaries(table)) == _rows(table, False, arrays=False), path
 
 
 def test_folding_takes_most_content_frames_of_the_broker_fixtures():
