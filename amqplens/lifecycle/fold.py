@@ -271,11 +271,17 @@ def plain_table(table: pa.Table) -> pa.Table:
     return table
 
 
+def index_type(n: int):
+    """The integer type of row numbers and places of ``n`` rows: int32 below 2**31 (half the memory), else int64."""
+    return np.int32 if n < 2**31 - 1 else np.int64
+
+
 def stream_order(conn: np.ndarray, direction: np.ndarray, offset: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows in the table's order are (connection, time, offset, direction): each (connection, direction) in that
     order (``stream``, places), whether a place continues the previous one's group (``same_group``), and the rows
     whose offset does not rise over the previous row of their direction: where the runner would take another order."""
-    stream = np.lexsort((np.arange(len(conn)), direction, conn))
+    ix = index_type(len(conn))
+    stream = np.lexsort((np.arange(len(conn), dtype=ix), direction, conn)).astype(ix)
     same_group = (conn[stream][1:] == conn[stream][:-1]) & (direction[stream][1:] == direction[stream][:-1])
     falls = np.zeros(len(conn), bool)
     falls[stream[1:][same_group & (offset[stream][1:] <= offset[stream][:-1])]] = True
@@ -356,10 +362,13 @@ def _plan(table: pa.Table, window: int, k) -> tuple | None:
     valid = (pc.is_valid(ts).to_numpy(zero_copy_only=False) & column_valid(table, "stream_offset")
              & column_in(table, "direction", ["to_server", "to_client"]))
     ts_v = pc.fill_null(ts, 0).to_numpy()
-    conn = pc.dictionary_encode(table.column("connection_id")).combine_chunks().indices.to_numpy().astype(np.int64)
-    direction = column_in(table, "direction", ["to_client"]).astype(np.int64)
+    # row numbers, places and connection numbers as int32 (a batch: < 2**31 rows): the plan's arrays are a frame's
+    # worth each, two dozen of them at its peak (551 MiB of numpy for the 2 GB load capture's 3.4M-frame connection)
+    ix = index_type(n)
+    conn = pc.dictionary_encode(table.column("connection_id")).combine_chunks().indices.to_numpy().astype(ix)
+    direction = column_in(table, "direction", ["to_client"]).astype(np.int8)
     offset = column_values(table, "stream_offset", 0)
-    idx = np.arange(n)
+    idx = np.arange(n, dtype=ix)
 
     # connections that may fold: 0-9-1 family, every row usable by the runner, offsets rising per direction in this
     # order (the runner's order of the rows left is checked below)
@@ -377,13 +386,13 @@ def _plan(table: pa.Table, window: int, k) -> tuple | None:
     basic = column_in(table, "class_name", ["basic"])
     seq_valid = column_valid(table, "message_seq")
     seq = column_values(table, "message_seq", 0)
-    chan = column_values(table, "channel", 0)
+    chan = column_values(table, "channel", 0, np.int32)
     has_sha = column_valid(table, "body_sha256")
     starts_message = (ok & is_method & basic & seq_valid & (chan != 0) & column_in(table, "method_name", list(_MESSAGE_METHODS)))
 
-    pos = np.empty(n, np.int64)
+    pos = np.empty(n, ix)
     pos[stream] = idx  # a row's place in stream order
-    group_start = np.zeros(n, np.int64)
+    group_start = np.zeros(n, ix)
     group_start[1:] = np.where(same_group, 0, idx[1:])
     group_start = np.maximum.accumulate(group_start)  # per stream place: where its group starts
     last_method = np.maximum.accumulate(np.where(is_method[stream], idx, -1))  # per stream place
@@ -394,7 +403,7 @@ def _plan(table: pa.Table, window: int, k) -> tuple | None:
     shape = np.where(idx == m_place + 1, is_header[rows], is_body[rows])
     good = in_message & shape & seq_valid[rows] & (seq[rows] == seq[m_row]) & (chan[rows] == chan[m_row])
     # a message's content is good up to a place when no place since its method is not good
-    bad_so_far = np.cumsum(~good & (m_place >= 0) & ~is_method[stream])
+    bad_so_far = np.cumsum(~good & (m_place >= 0) & ~is_method[stream], dtype=ix)
     bad_at_method = np.where(m_place >= 0, bad_so_far[np.maximum(m_place, 0)], 0)
     complete_here = good & has_sha[rows] & (bad_so_far == bad_at_method)
     # the first completing place of each message
@@ -409,16 +418,16 @@ def _plan(table: pa.Table, window: int, k) -> tuple | None:
     if len(ends):
         # the other direction: no frame other than a basic method or content between the two times, inclusive
         rare = is_method & ~basic
-        other = conn[stream[ends]] * 2 + (1 - direction[stream[ends]])
+        other = conn[stream[ends]].astype(np.int64) * 2 + (1 - direction[stream[ends]])
         t_rank = _time_rank(conn, ts_v)
         span = int(t_rank.max()) + 2
-        rare_keys = np.sort((conn[rare] * 2 + direction[rare]) * span + t_rank[rare])
+        rare_keys = np.sort((conn[rare].astype(np.int64) * 2 + direction[rare]) * span + t_rank[rare])
         lo = np.searchsorted(rare_keys, other * span + t_rank[stream[methods]], "left")
         hi = np.searchsorted(rare_keys, other * span + t_rank[stream[ends]], "right")
         keep = hi == lo
         methods, ends = methods[keep], ends[keep]
         del rare, other, t_rank, rare_keys, lo, hi, keep
-    folded_places = np.zeros(n + 1, np.int64)  # difference array over stream places: +1 after a method, -1 after its end
+    folded_places = np.zeros(n + 1, ix)  # difference array over stream places: +1 after a method, -1 after its end
     np.add.at(folded_places, methods + 1, 1)
     np.add.at(folded_places, ends + 1, -1)
     folded = np.zeros(n, bool)
@@ -439,7 +448,8 @@ def _plan(table: pa.Table, window: int, k) -> tuple | None:
         pc.fill_null(pc.ends_with(method, "-ok"), False).to_numpy(zero_copy_only=False)
         if not pa.types.is_null(method.type) else np.zeros(n, bool))).astype(np.int64)
     same = np.ones(len(conn_starts), np.bool_)
-    k.same_order(np.append(conn_starts, n).astype(np.int64), direction, np.asarray(ts_v, np.int64), rank, drop, window, same)
+    k.same_order(np.append(conn_starts, n).astype(np.int64), direction.astype(np.int64), np.asarray(ts_v, np.int64), rank, drop,
+                 window, same)
     changed = ~np.repeat(same, np.diff(np.append(conn_starts, n)))
     if changed.any():
         folded &= ~changed
@@ -473,12 +483,14 @@ def _with_fold_columns(handed: Handed, order: np.ndarray, ids: pa.Table, n: int,
     rows are places in that order. The rows kept as a ``Kept`` of the source (``handed``'s, which nothing else holds)."""
     source = handed.table
     kept = np.flatnonzero(~drop)
-    out_place = np.full(n, -1, np.int64)
-    out_place[kept] = np.arange(len(kept))
+    ix = index_type(n)  # row numbers and places: int32 (a batch of < 2**31 rows), half the memory
+    kept = kept.astype(ix)
+    out_place = np.full(n, -1, ix)
+    out_place[kept] = np.arange(len(kept), dtype=ix)
     # each folded frame belongs to the latest method before it in stream order: its message's
     is_folded_method = np.zeros(n, bool)
     is_folded_method[pos[method_rows]] = True
-    owner_place = np.maximum.accumulate(np.where(is_folded_method, np.arange(n), -1))
+    owner_place = np.maximum.accumulate(np.where(is_folded_method, np.arange(n, dtype=ix), -1))
     frames = np.flatnonzero(folded)
     owner = stream[owner_place[pos[frames]]]
     by_owner = np.lexsort((pos[frames], out_place[owner]))
