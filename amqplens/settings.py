@@ -331,7 +331,9 @@ class LifecycleSettings(_Section):
     fused_max_held_frames: Annotated[int, *Int(1)] = setting(
         1_000_000, "a decode task holds at most this many frames of connections not yet whole (about 200 bytes each); a "
         "capture that needs more (long-lived connections of a large capture: 1.3 GB in one worker at 1 GB of 8 long "
-        "connections) is left to the `lifecycle` job, which derives the same rows in a second pass")
+        "connections) is left to the `lifecycle` job, which derives the same rows in a second pass. A direct task "
+        "(`capture.direct`) knows what share of each capture's packets it has read, and leaves a capture to the job as "
+        "soon as the frames it holds (at least a sixteenth of this) are on course to pass this by the capture's end")
     direct: Annotated[str, *Choice("auto", "off")] = setting(
         "auto", "the `lifecycle` job's tasks read the frames files of the connections they are given themselves "
         "(pyarrow; the driver plans the connections onto tasks by their frames); `off`: Spark reads the frames and "

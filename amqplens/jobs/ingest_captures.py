@@ -265,7 +265,7 @@ def read_counted_splits(batches, options: pipeline.Options, read_bytes=None):
 
 def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, StagedTable], task: int | None = None,
                      frames_decoded=None, lifecycle_staged: dict[str, StagedTable] | None = None,
-                     max_held_frames: int | None = None, lifecycle_compiled: bool = True):
+                     max_held_frames: int | None = None, lifecycle_compiled: bool = True, progress=None):
     """``pipeline.decode_flows``, with its frames, connections and errors written to their tables' staging folders
     by this task.
 
@@ -280,7 +280,9 @@ def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, Stage
     ``lifecycle_staged`` (the lifecycle tables' staging folders, by kind; the
     fused lifecycle): the frames also go to the lifecycle machines, one whole
     connection at a time, and their rows to those folders; a capture they
-    raised on gets a ``lifecycle_failed`` row (meta: why) instead of being committed.
+    raised on gets a ``lifecycle_failed`` row (meta: why) instead of being committed. ``progress`` (a
+    ``fused.TaskProgress``, the direct tasks'): what the task has read of its captures, from which the fused
+    lifecycle gives a capture of long connections to the job early (``max_held_frames``).
     """
     import pyarrow as pa
 
@@ -293,7 +295,7 @@ def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, Stage
         from amqplens.lifecycle.fused import ConnectionLifecycle
 
         fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=options.batch_rows, max_held_rows=max_held_frames,
-                                    fold_content=lifecycle_compiled, arrays=lifecycle_compiled)
+                                    fold_content=lifecycle_compiled, arrays=lifecycle_compiled, progress=progress)
         life = lifecycle.LifecycleWriters(lifecycle_staged, task)
     for out in pipeline.decode_flows(batches, options):
         kind = out.column(0)[0].as_py() if out.num_rows else None
@@ -337,23 +339,38 @@ def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, Stage
 DIRECT_SCHEMA_FIELDS = (("task", "int32"), ("plan", "string"))  # a direct task's row: its number, its flows as JSON
 
 
-def direct_packets(batches, options: pipeline.Options, read_bytes=None):
+def direct_packets(batches, options: pipeline.Options, read_bytes=None, progress=None):
     """The direct path's stage-1 stand-in: for each task row (``plan``: a JSON list of captures, each with its path
     and the directional flows the task decodes), the packets of those flows as ``PACKETS_OUT_SCHEMA`` batches,
-    sorted per capture as the shuffle path sorts a partition; ``headscan.read_flows`` reads them from the mapped file."""
+    sorted per capture as the shuffle path sorts a partition; ``headscan.read_flows`` reads them from the mapped file.
+    ``progress`` (a ``fused.TaskProgress``): each capture's planned packets (the plan's flows), and those read."""
     import pyarrow as pa
 
     for batch in batches:
-        for row in batch.to_pylist():
-            for item in json.loads(row["plan"]):
-                dflows = {int(k): v for k, v in item["dflows"].items()}
-                for packets in headscan.read_flows(item["path"], item["capture_id"], dflows, options.batch_rows):
-                    n = packets.num_rows
-                    yield pa.RecordBatch.from_arrays(
-                        [*packets.columns, repeated("packet", n), pa.nulls(n, pa.string())],
-                        schema=pipeline.PACKETS_OUT_SCHEMA)
-                if read_bytes is not None:
-                    read_bytes.add(item["bytes"])
+        items = [item for row in batch.to_pylist() for item in json.loads(row["plan"])]
+        if progress is not None:
+            for item in items:  # every capture's plan first: a task reads its captures one after the other
+                progress.plan(item["capture_id"], sum(int(d[6]) for d in item["dflows"].values()))
+        for item in items:
+            dflows = {int(k): v for k, v in item["dflows"].items()}
+            for packets in headscan.read_flows(item["path"], item["capture_id"], dflows, options.batch_rows):
+                n = packets.num_rows
+                if progress is not None:
+                    progress.add(item["capture_id"], n)
+                yield pa.RecordBatch.from_arrays(
+                    [*packets.columns, repeated("packet", n), pa.nulls(n, pa.string())],
+                    schema=pipeline.PACKETS_OUT_SCHEMA)
+            if read_bytes is not None:
+                read_bytes.add(item["bytes"])
+
+
+def _direct_decode(batches, decode, options: pipeline.Options, read_bytes=None):
+    """A direct task: its flows' packets (``direct_packets``) decoded and staged (``decode``: ``decode_and_stage``),
+    the fused lifecycle told how much of each capture the task has read (``fused.TaskProgress``)."""
+    from amqplens.lifecycle.fused import TaskProgress
+
+    progress = TaskProgress()
+    return decode(direct_packets(batches, options, read_bytes, progress), progress=progress)
 
 
 def direct_scans(spark, conf: Config, files: list[CaptureFile], prescan: _Prescan | None = None) -> dict[str, "headscan.FileScan"]:
@@ -570,8 +587,8 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
         # (the 63 KB and 1 MB captures' ingest: 5.6-9.4 -> 4.3-7.3 s, alternated runs)
         direct_tasks = spark.createDataFrame(pa.table({"task": pa.array([r[0] for r in direct_rows], pa.int32()),
                                                        "plan": pa.array([r[1] for r in direct_rows], pa.string())}))
-        direct = direct_tasks.mapInArrow(
-            lambda batches: decode(direct_packets(batches, options, read_bytes)), from_arrow_schema(options.flows_schema))
+        direct = direct_tasks.mapInArrow(functools.partial(_direct_decode, decode=decode, options=options, read_bytes=read_bytes),
+                                         from_arrow_schema(options.flows_schema))
         flows = direct if flows is None else flows.unionByName(direct)
     try:
         # the one Spark job: the tasks wrote the tables, what comes back is a few rows per task

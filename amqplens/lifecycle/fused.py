@@ -55,13 +55,40 @@ SORT_KEYS = ("ts", "stream_offset", "direction")
 
 
 
+# the held frames are projected to a capture's end (``TaskProgress``) once they are this fraction of the limit: fewer
+# are too few to tell long connections (held to the end) from short ones
+PROJECT_FROM = 16
+
+
+class TaskProgress:
+    """Per capture, the packets a task was given (the driver's plan) and those read so far: what share of its input
+    the task has seen. On a capture of long-lived connections, the frames held grow with it: at 2 GB the ingest's
+    task held its limit of 1M frames (~450 MiB) before it gave the capture to the lifecycle job. Python per batch."""
+
+    def __init__(self) -> None:
+        self.planned: dict[str, int] = {}
+        self.read: dict[str, int] = {}
+
+    def plan(self, capture_id: str, packets: int) -> None:
+        self.planned[capture_id] = self.planned.get(capture_id, 0) + max(0, int(packets))
+
+    def add(self, capture_id: str, packets: int) -> None:
+        self.read[capture_id] = self.read.get(capture_id, 0) + packets
+
+    def fraction(self, capture_id: str) -> float:
+        """The share of the capture's planned packets read (0 where nothing was planned)."""
+        planned = self.planned.get(capture_id, 0)
+        return min(1.0, self.read.get(capture_id, 0) / planned) if planned > 0 else 0.0
+
+
 class ConnectionLifecycle:
     """Frames-table batches of whole connections in, ``lifecycle_batches`` output batches out (see the module doc)."""
 
     def __init__(self, delivery_struct: pa.StructType, flow_event_struct: pa.StructType,
                  request_response_struct: pa.StructType, options: LifecycleOptions = LifecycleOptions(),
                  batch_rows: int = 8192, max_held_rows: int | None = None, fold_content: bool = True,
-                 arrays: bool = True, max_connection_rows: int | None = None, strict: bool = False) -> None:
+                 arrays: bool = True, max_connection_rows: int | None = None, strict: bool = False,
+                 progress: "TaskProgress | None" = None) -> None:
         use_task_memory_pool()
         # the lifecycle job (``sorted_frames``): a connection of more frames goes to the machines as it comes, not held
         self.max_connection_rows = max_connection_rows
@@ -80,6 +107,9 @@ class ConnectionLifecycle:
         # the task for the whole capture (1.3 GB at 1 GB of 8 long connections); beyond, the capture goes to the job
         self.max_held_rows = max_held_rows
         self.held_rows = 0
+        # what the task has read of what it was given (the ingest's direct tasks): a capture whose held frames are on
+        # course to pass max_held_rows by its end is left to the job early, before the task holds them (``_hold``)
+        self.progress = progress
         self.types: dict[str, pa.DataType] = {}  # the READ_COLUMNS the frame batches have, with their types
         self.held: dict[str, list[pa.RecordBatch]] = {}  # connection -> its frames so far (the batches' non-null columns)
         self.loose: dict[str, int] = {}  # connection -> its last parts that are still slices of the decoder's batches
@@ -219,9 +249,17 @@ class ConnectionLifecycle:
                 return
             self.capture_of.setdefault(cid, capture_id)
             self._keep(cid, part)
-        if self.max_held_rows is not None and self.held_rows > self.max_held_rows:
+        if self.max_held_rows is None or capture_id in self.failed:
+            return
+        if self.held_rows > self.max_held_rows:
             self._fail([capture_id], f"more than {self.max_held_rows} frames held of connections not yet whole "
                                      "(lifecycle.fused_max_held_frames)")
+        elif self.progress is not None and self.held_rows >= self.max_held_rows // PROJECT_FROM:
+            read = self.progress.fraction(capture_id)
+            if 0 < read < 1 and self.held_rows > self.max_held_rows * read:
+                self._fail([capture_id], f"{self.held_rows} frames held of connections not yet whole at {read:.1%} of "
+                                         f"the capture's packets: on course for more than {self.max_held_rows} "
+                                         "(lifecycle.fused_max_held_frames)")
 
     def _whole(self, capture_id: str) -> Iterator[pa.RecordBatch]:
         queue = self.waiting.get(capture_id)

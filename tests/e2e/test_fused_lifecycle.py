@@ -210,6 +210,39 @@ def test_direct_tasks_read_their_row_groups_of_frames_written_in_no_order(spark,
         assert rows(copy, name) == rows(lake, name), name
 
 
+def test_a_capture_on_course_to_pass_the_held_limit_is_left_to_the_job_early(spark, conf, two_pass, tmp_path, caplog):
+    """The fixture capture of the longest connection ingested alone with ``lifecycle.fused_max_held_frames`` half
+    that connection's frames and packet batches of 64 (so that its direct task reads it in many steps): the task
+    sees its held frames on course to pass the limit and leaves the capture to the lifecycle job before they do
+    (the driver's warning says so); the job's rows equal the two-pass lake's, every column."""
+    import logging
+
+    import pyarrow.compute as pc
+
+    lake, done = two_pass
+    frames = DeltaTable(str(lake / "frames")).to_pyarrow_table(columns=["capture_id", "connection_id"])
+    counts = frames.group_by(["capture_id", "connection_id"]).aggregate([([], "count_all")]).to_pylist()
+    longest = max(counts, key=lambda r: (r["count_all"], r["connection_id"]))
+    assert longest["count_all"] > 1000, longest  # long enough to be read in many batches
+    captures = DeltaTable(str(lake / "captures")).to_pyarrow_table(columns=["capture_id", "path"])
+    path = captures.filter(pc.equal(captures.column("capture_id"), longest["capture_id"])).column("path")[0].as_py()
+    copy = tmp_path / "lake"
+    c = conf.with_overrides(lake__root=str(copy), lifecycle__fused_max_held_frames=str(longest["count_all"] // 2),
+                            capture__batch_rows="64")
+    with caplog.at_level(logging.WARNING, logger="amqplens.jobs.ingest_captures"):
+        result = ingest_captures.run(spark, c, [path], run_id="early")
+    assert [r["capture_id"] for r in result.captures] == [longest["capture_id"]]
+    assert result.lifecycle == [] and not (copy / "deliveries").exists()  # left to the job
+    assert any("on course for more than" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert lifecycle.run(spark, c, run_id="early") == [longest["capture_id"]]
+    compared = {}
+    for name in LIFECYCLE:
+        mine, theirs = rows(copy, name).get(longest["capture_id"], []), rows(lake, name).get(longest["capture_id"], [])
+        assert mine == theirs, name
+        compared[name] = len(theirs)
+    assert sum(compared.values()) > 100, compared
+
+
 def pq_groups(table_dir) -> list[int]:
     import pyarrow.parquet as pq
 

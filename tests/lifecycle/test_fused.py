@@ -21,7 +21,7 @@ from amqplens.decode import pipeline
 from amqplens.decode.common.reports import ConnectionsClosed
 from amqplens.lifecycle import amqp091
 from amqplens.lifecycle.batches import lifecycle_batches
-from amqplens.lifecycle.fused import ConnectionLifecycle
+from amqplens.lifecycle.fused import ConnectionLifecycle, TaskProgress
 from amqplens.decode.tls import KeyLog
 from amqplens.jobs import ingest_captures
 from amqplens.jobs import lifecycle
@@ -113,6 +113,34 @@ def test_a_capture_holding_more_frames_than_the_limit_goes_to_the_job():
     assert fused.held == {} and fused.held_rows == 0
     kept = {c for b in out if b.num_rows for c in b.column("capture_id").to_pylist()}
     assert kept <= {"b"}
+
+
+def test_a_capture_on_course_to_pass_the_limit_goes_to_the_job_before_it_is_held():
+    """A direct task knows its captures' packets (``TaskProgress``): as capture a's frames come, the task holds 8 frames
+    of connections not yet whole at 10% of a's 100 packets, on course for 80 against a limit of 16, so a (whose batch
+    it is, as with the limit itself) is left to the job then, not at the 17th frame; capture b's 2 frames at 50% of its
+    packets (on course for 4) are kept. Bad progress tried: a capture with no packets planned (never projected) and
+    more read than planned (whole: never projected)."""
+    progress = TaskProgress()
+    progress.plan("a", 100)
+    progress.plan("b", 4)
+    progress.plan("c", 0)
+    progress.plan("d", 2)
+    fused = ConnectionLifecycle(**lifecycle.structs(), max_held_rows=16, progress=progress)
+    progress.add("a", 10)
+    progress.add("b", 2)
+    progress.add("c", 10)
+    progress.add("d", 9)
+    out = [*fused.frames("b", _frames("b1", "b", [1, 2])), *fused.frames("c", _frames("c1", "c", [1, 2])),
+           *fused.frames("d", _frames("d1", "d", [1, 2])), *fused.frames("a", _frames("a1", "a", [8, 20]))]
+    assert list(fused.failed) == ["a"] and "on course for more than 16" in fused.failed["a"]
+    assert "a1" not in fused.held and fused.held_rows == 6
+    out += [*fused.closed("b", ["b1"], [ConnectionsClosed(2).to_meta()]), *fused.closed("c", ["c1"], [ConnectionsClosed(2).to_meta()]),
+            *fused.closed("d", ["d1"], [ConnectionsClosed(2).to_meta()]), *fused.finish()]
+    assert list(fused.failed) == ["a"] and fused.held == {} and fused.held_rows == 0
+    kept = {c for b in out if b.num_rows for c in b.column("capture_id").to_pylist()}
+    assert kept <= {"b", "c", "d"}
+    assert progress.fraction("c") == 0.0 and progress.fraction("d") == 1.0 and progress.fraction("e") == 0.0
 
 
 def test_a_capture_the_machines_raise_on_is_named_and_the_others_are_kept(tmp_path, monkeypatch):
