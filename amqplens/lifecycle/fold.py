@@ -223,12 +223,32 @@ def column_valid(table: pa.Table, name: str) -> np.ndarray:
 
 
 def column_in(table: pa.Table, name: str, values) -> np.ndarray:
-    """Which rows of a column hold one of ``values`` (a null never does)."""
+    """Which rows of a column hold one of ``values`` (a null never does). A dictionary-encoded column (as the direct
+    tasks read the repeated text) is tested on its dictionary and the answer taken by each row's index: Arrow's
+    ``is_in`` decodes every row's value first (2.2 of 23 CPU s under cProfile of the 2 GB load capture's longest
+    connection)."""
     if name not in table.column_names or pa.types.is_null(table.column(name).type):
         return np.zeros(table.num_rows, bool)
     column = table.column(name)
     type_ = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
-    return pc.fill_null(pc.is_in(column, pa.array(values, type_)), False).to_numpy(zero_copy_only=False)
+    wanted = pa.array(values, type_)
+    if pa.types.is_dictionary(column.type):
+        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        parts = [_dictionary_in(chunk, wanted) for chunk in chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, bool)
+    return pc.fill_null(pc.is_in(column, wanted), False).to_numpy(zero_copy_only=False)
+
+
+def _dictionary_in(chunk: pa.DictionaryArray, wanted: pa.Array) -> np.ndarray:
+    """``pc.is_in`` of a dictionary array's values, from its dictionary: each row's index into the dictionary's answers
+    (a null row never holds one)."""
+    if len(chunk) == 0 or len(chunk.dictionary) == 0:
+        return np.zeros(len(chunk), bool)
+    answer = pc.fill_null(pc.is_in(chunk.dictionary, wanted), False).to_numpy(zero_copy_only=False)
+    rows = answer[pc.fill_null(chunk.indices, 0).to_numpy(zero_copy_only=False)]
+    if chunk.null_count:
+        rows &= pc.is_valid(chunk).to_numpy(zero_copy_only=False)
+    return rows
 
 
 _LEAN_METHODS = ("publish", "deliver", "ack", "nack", "reject")

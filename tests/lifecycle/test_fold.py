@@ -24,7 +24,7 @@ import pytest
 from amqplens.jobs import lifecycle
 from amqplens.lifecycle import array091
 from amqplens.lifecycle.batches import FRAME_COLUMNS
-from amqplens.lifecycle.fold import Handed, fold
+from amqplens.lifecycle.fold import Handed, column_in, fold
 from amqplens.lifecycle.fused import _SORT, ConnectionLifecycle
 from amqplens.lifecycle.runner import LifecycleOptions
 from tests.lifecycle.captures import DATA, frame_id, frames_of
@@ -454,3 +454,24 @@ def test_lean_nulls_only_the_hot_methods_arguments():
     assert out.column("arguments_json").to_pylist() == [None if h else a for h, a in zip(hot, args)]
     assert out.column("arguments_json").get_total_buffer_size() < 0.7 * table.column("arguments_json").get_total_buffer_size()
     assert out.drop_columns(["arguments_json"]).equals(table.drop_columns(["arguments_json"]))
+
+
+@pytest.mark.parametrize("index", [pa.int8(), pa.int16(), pa.int32(), pa.uint8()])
+def test_column_in_of_dictionary_columns_is_arrows_is_in_of_their_values(index):
+    """``column_in`` tests a dictionary-encoded column on its dictionary: the same answer as Arrow's ``is_in`` of the
+    decoded values, on random chunks with null rows, a null among the dictionary's values, a chunk with an empty
+    dictionary and an empty chunk, for each index type."""
+    rng = np.random.default_rng(3)
+    words = ["method", "header", "body", "heartbeat", "basic", None]
+    chunks = []
+    for n in (0, 1, 50, 1000):
+        values = [words[i] for i in rng.integers(0, len(words), n)]
+        chunks.append(pa.array(values, pa.string()).dictionary_encode(null_encoding="encode" if n == 50 else "mask")
+                      .cast(pa.dictionary(index, pa.string())))
+    chunks.append(pa.DictionaryArray.from_arrays(pa.array([None, None], index), pa.array([], pa.string())))
+    table = pa.table({"frame_type": pa.chunked_array(chunks)})
+    for wanted in (["method"], ["header", "body"], ["absent"], []):
+        expected = pc.fill_null(pc.is_in(table.column("frame_type").cast(pa.string()), pa.array(wanted, pa.string())), False)
+        got = column_in(table, "frame_type", wanted)
+        assert got.dtype == bool and got.tolist() == expected.to_pylist(), wanted
+        assert got.sum() == sum(v in wanted for v in table.column("frame_type").cast(pa.string()).to_pylist())
