@@ -234,20 +234,29 @@ def column_in(table: pa.Table, name: str, values) -> np.ndarray:
     wanted = pa.array(values, type_)
     if pa.types.is_dictionary(column.type):
         chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-        parts = [_dictionary_in(chunk, wanted) for chunk in chunks]
+        chosen = set(wanted.to_pylist())
+        parts = [_dictionary_in(chunk, chosen) for chunk in chunks]
         return np.concatenate(parts) if parts else np.zeros(0, bool)
     return pc.fill_null(pc.is_in(column, wanted), False).to_numpy(zero_copy_only=False)
 
 
-def _dictionary_in(chunk: pa.DictionaryArray, wanted: pa.Array) -> np.ndarray:
-    """``pc.is_in`` of a dictionary array's values, from its dictionary: each row's index into the dictionary's answers
-    (a null row never holds one)."""
-    if len(chunk) == 0 or len(chunk.dictionary) == 0:
-        return np.zeros(len(chunk), bool)
-    answer = pc.fill_null(pc.is_in(chunk.dictionary, wanted), False).to_numpy(zero_copy_only=False)
-    rows = answer[pc.fill_null(chunk.indices, 0).to_numpy(zero_copy_only=False)]
+def _dictionary_in(chunk: pa.DictionaryArray, wanted: set) -> np.ndarray:
+    """Which rows of a dictionary array hold one of ``wanted``: the dictionary's few values tested in Python, each row's
+    answer taken by its index straight from the indices' buffer (a null row's index is undefined: clipped, then the
+    row masked by the validity bitmap). A chunk of a read is a row group of 16k rows: Arrow's is_in, fill_null and
+    is_valid took 100 us a chunk of method names, this 20 (about 3,000 chunks in the direct task of the 2 GB
+    capture's longest connection)."""
+    n = len(chunk)
+    if n == 0 or len(chunk.dictionary) == 0:
+        return np.zeros(n, bool)
+    answer = np.array([v in wanted for v in chunk.dictionary.to_pylist()], bool)
+    indices = chunk.indices
+    validity, values = indices.buffers()
+    at = np.frombuffer(values, indices.type.to_pandas_dtype(), count=indices.offset + n)[indices.offset:]
+    rows = answer.take(at, mode="clip")
     if chunk.null_count:
-        rows &= pc.is_valid(chunk).to_numpy(zero_copy_only=False)
+        bits = np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little")
+        rows &= bits[indices.offset:indices.offset + n].astype(bool)
     return rows
 
 

@@ -460,7 +460,8 @@ def test_lean_nulls_only_the_hot_methods_arguments():
 def test_column_in_of_dictionary_columns_is_arrows_is_in_of_their_values(index):
     """``column_in`` tests a dictionary-encoded column on its dictionary: the same answer as Arrow's ``is_in`` of the
     decoded values, on random chunks with null rows, a null among the dictionary's values, a chunk with an empty
-    dictionary and an empty chunk, for each index type."""
+    dictionary, an empty chunk, slices (an offset into the buffers) and null rows whose index slots point into the
+    dictionary or past it, for each index type."""
     rng = np.random.default_rng(3)
     words = ["method", "header", "body", "heartbeat", "basic", None]
     chunks = []
@@ -469,6 +470,13 @@ def test_column_in_of_dictionary_columns_is_arrows_is_in_of_their_values(index):
         chunks.append(pa.array(values, pa.string()).dictionary_encode(null_encoding="encode" if n == 50 else "mask")
                       .cast(pa.dictionary(index, pa.string())))
     chunks.append(pa.DictionaryArray.from_arrays(pa.array([None, None], index), pa.array([], pa.string())))
+    chunks += [chunks[3].slice(13, 500), chunks[2].slice(7, 30)]  # slices: buffers that start before their rows
+    # null rows whose index slots hold 0 (the dictionary's "method") and 100 (past its end): what a null's slot holds
+    # is undefined
+    validity = pa.py_buffer(np.packbits(np.array([1, 0, 1, 0, 1, 0, 0, 0], bool), bitorder="little").tobytes())
+    slots = pa.py_buffer(np.array([1, 0, 0, 100, 1, 0, 0, 0], index.to_pandas_dtype()).tobytes())
+    chunks.append(pa.DictionaryArray.from_arrays(pa.Array.from_buffers(index, 5, [validity, slots], null_count=2),
+                                                 pa.array(["method", "body"])))
     table = pa.table({"frame_type": pa.chunked_array(chunks)})
     for wanted in (["method"], ["header", "body"], ["absent"], []):
         expected = pc.fill_null(pc.is_in(table.column("frame_type").cast(pa.string()), pa.array(wanted, pa.string())), False)
