@@ -225,19 +225,16 @@ def column_valid(table: pa.Table, name: str) -> np.ndarray:
 def column_in(table: pa.Table, name: str, values) -> np.ndarray:
     """Which rows of a column hold one of ``values`` (a null never does). A dictionary-encoded column (as the direct
     tasks read the repeated text) is tested on its dictionary and the answer taken by each row's index: Arrow's
-    ``is_in`` decodes every row's value first (2.2 of 23 CPU s under cProfile of the 2 GB load capture's longest
-    connection)."""
+    ``is_in`` decodes every row's value first (77 against 13 ms on 3.4M rows of 201 chunks)."""
     if name not in table.column_names or pa.types.is_null(table.column(name).type):
         return np.zeros(table.num_rows, bool)
     column = table.column(name)
-    type_ = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
-    wanted = pa.array(values, type_)
     if pa.types.is_dictionary(column.type):
         chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-        chosen = set(wanted.to_pylist())
+        chosen = set(values)
         parts = [_dictionary_in(chunk, chosen) for chunk in chunks]
         return np.concatenate(parts) if parts else np.zeros(0, bool)
-    return pc.fill_null(pc.is_in(column, wanted), False).to_numpy(zero_copy_only=False)
+    return pc.fill_null(pc.is_in(column, pa.array(values, column.type)), False).to_numpy(zero_copy_only=False)
 
 
 def _dictionary_in(chunk: pa.DictionaryArray, wanted: set) -> np.ndarray:
