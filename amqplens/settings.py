@@ -304,7 +304,8 @@ class DecodeSettings(_Section):
         "auto", "the 0-9-1 codec's hot frames (basic.publish, deliver, ack, nack, reject, content headers, bodies, "
         "heartbeats) and AMQP 1.0's (flows, dispositions, one-transfer messages with their properties_json) through "
         "the numba-compiled walks, each direction decoded ahead of the other between drains "
-        "(`amqplens/decode/v0_9_1/hotpath.py`, `ahead.py`; `amqplens/decode/v1_0/hotpath.py`, `ahead.py`): `auto` "
+        "(`amqplens/decode/v0_9_1/hotpath.py`, `ahead.py`; `amqplens/decode/v1_0/hotpath.py`, `ahead.py`), and the TCP "
+        "reassembler's runs of in-order packets of a kept connection (`amqplens/decode/tcp/run_kernel.py`): `auto` "
         "when numba imports, `on` the same (a missing numba "
         "still degrades, never fails; a warning says so), `off` the Python decoder alone (the reference). Same rows "
         "either way; not part of the capture's fingerprint (docs/performance.md)")

@@ -193,6 +193,16 @@ class DecodingConsumer:
             return
         self.codec.data(direction, offset, ts_us, data)
 
+    def data_run(self, run) -> None:
+        """``data`` of each segment of a run (``v0_9_1.ahead.Run``): the codec's ``data_run`` where it has one."""
+        codec = self.codec
+        data_run = getattr(codec, "data_run", None) if codec is not None else None
+        if data_run is not None:
+            data_run(run)
+            return
+        for segment in run.segments():
+            self.data(*segment)
+
     def gap(self, direction: str, offset: int, length: int, ts_us: int) -> None:
         if self.codec is None:
             # Wait for the bytes after the gap: their framing tells the dialect.

@@ -34,7 +34,7 @@ from amqplens.decode.codecs import DecodeOptions, DecodingConsumer
 from amqplens.decode.capture.records import PACKET_SCHEMA, CaptureErrorRecord, SplitStats
 from amqplens.decode.tcp import TcpReassembler
 from amqplens.decode.tcp.records import ConnectionRecord, GapRecord
-from amqplens.decode.v0_9_1.hotpath import FrameBatch
+from amqplens.decode.v0_9_1.hotpath import FrameBatch, compiled_enabled, run_kernel
 from amqplens.decode.v1_0.hotpath import Frame10Batch
 
 SPLITS_SCHEMA = pa.schema(
@@ -294,6 +294,7 @@ class _FlowDecoder:
             capture_id, amqp_ports=options.amqp_ports, tls_ports=options.tls_ports, sniff=options.sniff,
             max_ooo_bytes=options.max_ooo_bytes, history_bytes=options.history_bytes, reuse_idle_us=options.port_reuse_idle_s * 1_000_000,
             consumer_factory=self._consumer if options.decode else None,
+            runs=run_kernel() if compiled_enabled(options.decode_options.compiled) else None,
         )
 
     def _consumer(self, info) -> DecodingConsumer | None:

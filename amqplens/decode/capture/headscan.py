@@ -135,6 +135,12 @@ WINDOW = 64 << 20
 # about 270 MB). Each scan parses every record of the file (about 1.2 s for 2 GB here): at 1M packets a group, each
 # task of the 2 GB load capture scanned the file 4 and 5 times, 11.5% of its time.
 GROUP_PACKETS = 4 << 20
+# The payloads are gathered this many packets at a time, the mapped pages dropped after each (``_drop_pages``, 9 us
+# when little is mapped). A fault maps the pages around the one it needs (and a large folio whole), and a long
+# connection's packets lie all over the file: 8,192 of them spread evenly over the 2 GB load capture mapped 1,865 MiB,
+# random ones 245 MiB a batch, 1,024 at a time 34 MiB. Dropped once a batch of 8,192, a worker of that capture held
+# 680 MiB of file-backed pages (its libraries' 170 included) while it gathered its long connections' packets.
+GATHER_PACKETS = 1024
 _COLUMNS = (np.int64, np.int64, np.int32, np.int64, np.int64, np.int16, np.int32, np.int64, np.int64, np.int64, np.bool_)
 
 
@@ -292,7 +298,10 @@ def _batches(kernel, buf, size: int, capture_id: str, columns, fkey, per_dflow, 
             offsets = np.zeros(len(idx) + 1, np.int64)
             np.cumsum(ends - starts, out=offsets[1:])
             data = np.empty(int(offsets[-1]), np.uint8)
-            kernel.gather(arr, starts, ends, offsets, data)
+            for at in range(0, len(idx), GATHER_PACKETS):
+                cut = slice(at, at + GATHER_PACKETS)
+                kernel.gather(arr, starts[cut], ends[cut], offsets[cut], data)
+                _drop_pages(buf)
             payload = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(idx), [None, pa.py_buffer(offsets),
                                                                                     pa.py_buffer(data)]).cast(pa.binary())
             findex = pa.array(f)
@@ -305,10 +314,6 @@ def _batches(kernel, buf, size: int, capture_id: str, columns, fkey, per_dflow, 
             for name, values in per_dflow.items():
                 given[name] = values.take(findex) if isinstance(values, pa.Array) else values[f]
             yield pa.RecordBatch.from_arrays([pa.array(given[c.name], c.type) for c in PACKET_SCHEMA], schema=PACKET_SCHEMA)
-            # the batch's pages out of the worker (a flow's packets lie all over the file: a page each, and the pages the
-            # kernel maps around each): dropped every 16 batches, a worker of the 2 GB load capture held 743 MiB of
-            # file-backed pages at its peak, 298 with each batch (its libraries' pages included)
-            _drop_pages(buf)
     finally:
         del arr
 

@@ -25,9 +25,13 @@ import hashlib
 from functools import partial
 from typing import Any, Callable, cast
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from amqplens.decode.capture.records import ACK, FIN, RST, SYN
 from amqplens.decode.tcp.columns import column_lists
-from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionInfo, ConnectionRecord, GapRecord, StreamConsumer
+from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER, ConnectionInfo, ConnectionRecord, GapRecord, Run, StreamConsumer
 from amqplens.decode.tcp.stream import M32, MAX_AHEAD, EmitGap, HalfStream
 
 AMQP_MAGIC = b"AMQP"
@@ -69,6 +73,28 @@ class ReassemblyStats:
     packets_dropped: int = 0  # packets of dropped connections
     foreign_packets: int = 0  # a flow-key collision: endpoints that are not the flow's
     implausible_segments: int = 0  # sequence number further from the stream than any window
+
+
+# The compiled runs (``_feed_runs``): at least this many packets, or the packets go through the reference (a run's
+# array operations cost about as much as this many packets one by one).
+MIN_RUN = 32
+_RUN_COLUMNS = ("flow_key", "ts_us", "src_port", "seq", "ack", "tcp_flags", "wire_len", "payload_truncated", "src_ip")
+_DIRECTION_CODE = {TO_SERVER: 0, TO_CLIENT: 1}  # ``ahead.Run``'s codes
+def _ints(batch, name: str) -> np.ndarray:
+    column = batch.column(name)
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def _runs_ok(conn: "_Connection") -> bool:
+    """Whether the connection's packets may be taken as runs: selected, decoding, past the handshake."""
+    return not conn.slow and conn.decided and not conn.dropped and getattr(conn.consumer, "data_run", None) is not None
+
+
+def _takes_data(s: HalfStream) -> bool:
+    """Whether a run may deliver this side's bytes: it is placed, nothing is buffered out of order, its head is
+    known and its bytes go out (``deliver``'s inline case with nothing else to do)."""
+    return s.nseq is not None and not s.ooo_offs and not s.head_open and s.emit is not None
 
 
 class _Connection:
@@ -115,8 +141,12 @@ class TcpReassembler:
         history_bytes: int = DEFAULT_HISTORY_BYTES,
         reuse_idle_us: int = DEFAULT_REUSE_IDLE_US,
         consumer_factory: Callable[[ConnectionInfo], StreamConsumer | None] | None = None,
+        runs: Any = None,
     ) -> None:
         self.capture_id = capture_id
+        # ``run_kernel`` (``hotpath.run_kernel()``): Arrow batches' in-order runs compiled (``_feed_runs``), the same
+        # connections, gaps and bytes; None: every packet through the reference
+        self.runs = runs
         self.tls_ports = frozenset(tls_ports)
         self.ports = frozenset(amqp_ports) | self.tls_ports
         self.sniff = sniff
@@ -142,8 +172,20 @@ class TcpReassembler:
 
     def feed_columns(self, batch: Any) -> None:
         """Feed one batch: ``dict[str, Sequence]``, Arrow RecordBatch/Table or pandas DataFrame."""
+        kernel = self.runs
+        if kernel is not None and isinstance(batch, (pa.RecordBatch, pa.Table)) and batch.num_rows >= MIN_RUN:
+            if not any(batch.column(c).null_count for c in _RUN_COLUMNS):
+                self.stats.packets += batch.num_rows
+                self._feed_runs(kernel, batch)
+                return
         cols = column_lists(batch)
         self.stats.packets += len(cols[0])
+        self._feed_rows(cols, 0, len(cols[0]))
+
+    def _feed_rows(self, cols: list[list], lo: int, hi: int) -> None:
+        """The reference: packets ``[lo, hi)`` of the batch's columns (``column_lists``) one at a time."""
+        if lo or hi < len(cols[0]):
+            cols = [c[lo:hi] for c in cols]
         cur = self._flow_key
         # conn (and sa, sb) is None only while no flow is open; then cur is None too, so the first row starts a
         # flow (fk != cur) before any of them is read
@@ -185,6 +227,105 @@ class TcpReassembler:
                     self.stats.implausible_segments += 1
             elif tr:
                 s.segment(seq, b"", ts, True)
+
+    # -- the compiled runs ---------------------------------------------------
+
+    def _feed_runs(self, kernel, batch) -> None:
+        """A batch of Arrow packets: runs of in-order packets of a selected connection (``run_kernel.run_end``)
+        taken at once (``_take_run``), the packets between them through the reference (``_feed_rows``)."""
+        n = batch.num_rows
+        fk, sport, flags, seq = (_ints(batch, c) for c in ("flow_key", "src_port", "tcp_flags", "seq"))
+        trunc = batch.column("payload_truncated").to_numpy(zero_copy_only=False)
+        payload = batch.column("payload")
+        plen = _ints(pa.table({"n": pc.fill_null(pc.binary_length(payload), 0)}), "n")
+        # the source addresses as codes: the flow's two ends are compared by code, not text
+        src = pc.dictionary_encode(batch.column("src_ip"))
+        src = src.combine_chunks() if isinstance(src, pa.ChunkedArray) else src
+        scode = src.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        code_of = {v: i for i, v in enumerate(src.dictionary.to_pylist())}
+        bounds = np.append(np.flatnonzero(fk[1:] != fk[:-1]) + 1, n)  # where each flow's packets end
+        side = np.zeros(n, np.int8)
+        cols: list[list] | None = None
+        i = 0
+        while i < n:
+            stop = int(bounds[np.searchsorted(bounds, i, "right")])  # the end of packet i's flow in the batch
+            conn = self._conn
+            if conn is not None and self._flow_key == fk[i] and _runs_ok(conn):
+                a, b = conn.a, conn.b
+                j = int(kernel.run_end(i, stop, self._flow_key, fk, sport, scode, self._a_port, self._b_port,
+                                       code_of.get(self._a_ip, -1), code_of.get(self._b_ip, -1), flags, _CONTROL, plen,
+                                       seq, trunc, a.nseq or 0, b.nseq or 0, _takes_data(a), _takes_data(b), side))
+                if j - i >= MIN_RUN:
+                    self._take_run(kernel, conn, batch, i, j, side, plen)
+                    i = j
+                    continue
+                stop = min(j + 1, stop)  # a short run, and the packet that ended it, through the reference
+            else:
+                stop = min(stop, i + MIN_RUN)  # then look again: the handshake or the first bytes make it one
+            if cols is None:
+                cols = column_lists(batch)
+            self._feed_rows(cols, i, stop)
+            i = stop
+
+    def _take_run(self, kernel, conn: _Connection, batch, i: int, j: int, side: np.ndarray, plen: np.ndarray) -> None:
+        """Packets ``[i, j)`` (``run_end``'s) as the reference takes them one by one: each side's counters, the
+        peer's last acknowledgement, the bytes delivered (times never going back), the history kept for comparing
+        retransmissions, and one ``data_run`` to the consumer."""
+        cut = slice(i, j)
+        sides = side[cut]
+        flags = _ints(batch, "tcp_flags")[cut]
+        wire = _ints(batch, "wire_len")[cut]
+        ack = _ints(batch, "ack")[cut]
+        ts = _ints(batch, "ts_us")[cut]
+        lengths = plen[cut]
+        streams = (conn.a, conn.b)
+        codes = np.zeros(j - i, np.int8)
+        times = np.zeros(j - i, np.int64)
+        offsets = np.zeros(j - i, np.int64)
+        bufs: dict[str, bytes] = {}
+        payload = batch.column("payload")
+        for code in (0, 1):
+            s, o = streams[code], streams[1 - code]
+            mine = sides == code
+            count = int(np.count_nonzero(mine))
+            if not count:
+                continue
+            s.packets += count
+            s.wire_bytes += int(wire[mine].sum())
+            acked = np.flatnonzero(mine & ((flags & ACK) != 0))
+            if len(acked):
+                o.peer_ack = int(ack[acked[-1]])
+            data = np.flatnonzero(mine & (lengths > 0))
+            if not len(data):
+                continue
+            n = lengths[data]
+            start, total = s.next, int(n.sum())
+            at = np.maximum.accumulate(np.maximum(ts[data], s.last_ts))
+            s.last_ts = int(at[-1])
+            offsets[data] = start + np.cumsum(n) - n
+            times[data] = at
+            s.next = start + total
+            s.nseq = (cast(int, s.nseq) + total) & M32
+            taken = payload.take(pa.array(i + data))
+            taken = taken.combine_chunks() if isinstance(taken, pa.ChunkedArray) else taken
+            width = np.int64 if pa.types.is_large_binary(taken.type) else np.int32
+            value_offsets = np.frombuffer(taken.buffers()[1], width, len(taken) + 1, taken.offset * np.dtype(width).itemsize)
+            buf = taken.buffers()[2].to_pybytes()[value_offsets[0]:value_offsets[-1]]
+            direction = cast(str, s.direction)
+            codes[data] = _DIRECTION_CODE[direction]
+            bufs[direction] = buf
+            # the history: what the reference's appends and trims (``trim_history``) leave
+            old = np.array([len(x) for x in s.hist_data], np.int64)
+            cut_old, first_new, s.hist_bytes = kernel.history_kept(old, n, s.hist_cap, s.hist_cap // 2)
+            del s.hist_offs[:cut_old], s.hist_data[:cut_old]
+            rel = (offsets[data] - start)[first_new:].tolist()
+            s.hist_offs.extend(offsets[data][first_new:].tolist())
+            s.hist_data.extend([buf[p:p + m] for p, m in zip(rel, n[first_new:].tolist())])
+        conn.last_ts = int(ts[-1])
+        data = np.flatnonzero(lengths > 0)
+        if len(data):
+            run = Run(codes[data], offsets[data], times[data], lengths[data].astype(np.int64), bufs)
+            cast(Any, conn.consumer).data_run(run)
 
     def finish(self) -> None:
         """End of input: finish the current flow (its open connections end as ``capture_end``)."""

@@ -84,3 +84,25 @@ class StreamConsumer(Protocol):
     def gap(self, direction: str, offset: int, length: int, ts_us: int) -> None: ...
 
     def close(self, connection: ConnectionRecord) -> None: ...
+
+
+class Run:
+    """Segments of both directions at once, as the reassembler's in-order runs hand them to a consumer's
+    ``data_run``: per segment its direction (``codes``: 0 to_server, 1 to_client), stream offset, time and length,
+    in the order they came, and each direction's bytes laid end to end (``bufs``)."""
+
+    __slots__ = ("codes", "offsets", "times", "lengths", "bufs")
+    DIRECTIONS = (TO_SERVER, TO_CLIENT)  # by code
+
+    def __init__(self, codes, offsets, times, lengths, bufs: dict[str, bytes]) -> None:
+        self.codes, self.offsets, self.times, self.lengths, self.bufs = codes, offsets, times, lengths, bufs
+
+    def segments(self) -> list[tuple[str, int, int, bytes]]:
+        """The run as ``(direction, offset, ts_us, data)`` tuples, in the order they came (``data`` one by one)."""
+        at = [0, 0]
+        out = []
+        for c, o, t, n in zip(self.codes.tolist(), self.offsets.tolist(), self.times.tolist(), self.lengths.tolist()):
+            d = self.DIRECTIONS[c]
+            out.append((d, o, t, self.bufs[d][at[c]:at[c] + n]))
+            at[c] += n
+        return out

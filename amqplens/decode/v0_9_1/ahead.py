@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from amqplens.decode.streaming import SYNCED, StreamDecoderBase
-from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
+from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER, Run
 from amqplens.decode.v0_9_1.hotpath import HotPieces, HotRows, hot_tables
 
 MAX_BYTES = 4 << 20  # bytes held per connection before they are decoded anyway
@@ -35,12 +35,13 @@ _DIRECTIONS = (TO_SERVER, TO_CLIENT)
 
 
 class Held:
-    """Segments held since the last catch-up: ``(direction, offset, ts_us, data)`` in the order they came."""
+    """Segments held since the last catch-up, in the order they came: ``(direction, offset, ts_us, data)`` tuples
+    and ``Run``s."""
 
     __slots__ = ("segments", "bytes", "ahead", "in_order")
 
     def __init__(self) -> None:
-        self.segments: list[tuple[str, int, int, bytes]] = []
+        self.segments: list = []
         self.bytes = 0
         self.ahead = self.in_order = 0  # catch-ups that decoded ahead (some segments) / fed segments one by one
 
@@ -52,6 +53,21 @@ def steady(dec) -> bool:
     return all(f.mode == SYNCED and f.started and f.region is None and not f.chunks for f in dec._framers.values())
 
 
+def hold_run(dec, held: Held, run: Run, steady_now, catch_up_now, max_bytes: int) -> None:
+    """A decoder's ``data_run``: the run held whole where ``data`` would hold its first segment (``steady_now``), else
+    its segments fed one by one through ``data``. Held, the bytes decoded (``catch_up_now``) once ``max_bytes`` are
+    held: later in the run than ``data`` would, which changes where the catch-ups fall, not the rows (a catch-up's
+    rows are those of the one-by-one feed wherever it falls)."""
+    if dec._closed or not (held.segments or steady_now(dec)):
+        for segment in run.segments():
+            dec.data(*segment)
+        return
+    held.segments.append(run)
+    held.bytes += int(run.lengths.sum())
+    if held.bytes >= max_bytes:
+        catch_up_now(dec, held)
+
+
 def catch_up(dec, held: Held, stop_at=None, interleave=None) -> None:
     """Decode what ``held`` holds (see the module's text) and empty it. ``stop_at(direction, buf)``: where the first
     frame not to decode ahead starts in a direction's held bytes (default 0-9-1's ``hot_kernel.window_ok``);
@@ -61,11 +77,57 @@ def catch_up(dec, held: Held, stop_at=None, interleave=None) -> None:
     held.segments, held.bytes = [], 0
     if not segments:
         return
-    barrier = _ahead(dec, held, segments, stop_at or _stop_0_9_1(dec), interleave or _interleave)
-    if not barrier:
-        return _one_by_one(dec, held, segments)
-    if barrier < len(segments):
-        _one_by_one(dec, held, segments[barrier:])
+    cols = _Columns(segments)
+    del segments
+    barrier = _ahead(dec, held, cols, stop_at or _stop_0_9_1(dec), interleave or _interleave)
+    if barrier < len(cols.codes):
+        held.in_order += 1
+        for segment in cols.segments(barrier):
+            StreamDecoderBase.data(dec, *segment)
+
+
+class _Columns:
+    """Held segments as columns: each one's direction code, offset, time, length and place in its direction's bytes
+    (``starts``), and each direction's bytes end to end (``bufs``); Python per loose segment, not per run's."""
+
+    def __init__(self, items: list) -> None:
+        parts: list[tuple] = []
+        loose: list[tuple] = []
+        chunks: dict[str, list[bytes]] = {d: [] for d in _DIRECTIONS}
+        for item in items:
+            if isinstance(item, Run):
+                if loose:
+                    parts.append(_loose_columns(loose))
+                    loose = []
+                parts.append((item.codes, item.offsets, item.times, item.lengths))
+                for d, buf in item.bufs.items():
+                    if buf:
+                        chunks[d].append(buf)
+            else:
+                loose.append(item)
+                chunks[item[0]].append(item[3])
+        if loose:
+            parts.append(_loose_columns(loose))
+        self.codes, self.offsets, self.times, self.lengths = (
+            p[0] if len(parts) == 1 else np.concatenate(p) for p in zip(*parts))
+        self.bufs = {d: c[0] if len(c) == 1 else b"".join(c) for d, c in chunks.items()}
+        self.starts = np.zeros(len(self.codes), np.int64)
+        for code in range(len(_DIRECTIONS)):
+            mine = self.codes == code
+            lengths = self.lengths[mine]
+            self.starts[mine] = np.cumsum(lengths) - lengths
+
+    def segments(self, first: int) -> list[tuple[str, int, int, bytes]]:
+        """Segments ``first`` on as tuples."""
+        bufs = [self.bufs[d] for d in _DIRECTIONS]
+        return [(_DIRECTIONS[c], o, t, bufs[c][s:s + n]) for c, o, t, s, n in zip(
+            self.codes[first:].tolist(), self.offsets[first:].tolist(), self.times[first:].tolist(),
+            self.starts[first:].tolist(), self.lengths[first:].tolist())]
+
+
+def _loose_columns(loose: list[tuple]) -> tuple:
+    return (np.array([_DIRECTIONS.index(s[0]) for s in loose], np.int8), np.array([s[1] for s in loose], np.int64),
+            np.array([s[2] for s in loose], np.int64), np.array([len(s[3]) for s in loose], np.int64))
 
 
 def _stop_0_9_1(dec):
@@ -77,47 +139,43 @@ def _stop_0_9_1(dec):
     return lambda d, buf: window_ok(np.frombuffer(buf, np.uint8), len(buf), limit, hot.meta, stop_class)
 
 
-def _ahead(dec, held: Held, segments: list, stop_at, interleave) -> int:
-    """Decode the segments before the barrier ahead; returns the barrier (``len(segments)``: none), 0 when nothing
+def _ahead(dec, held: Held, cols: _Columns, stop_at, interleave) -> int:
+    """Decode the segments before the barrier ahead; returns the barrier (the segments' count: none), 0 when nothing
     is decoded ahead: a direction's held segments not contiguous (the one-by-one feed handles holes and repeats) or
     a frame not to decode ahead from the first segment on."""
-    runs: dict[str, list[int]] = {TO_SERVER: [], TO_CLIENT: []}
-    for i, seg in enumerate(segments):
-        runs[seg[0]].append(i)
-    barrier = len(segments)  # the first held segment (in arrival order) that starts a frame not to decode ahead
+    runs = {d: np.flatnonzero(cols.codes == code) for code, d in enumerate(_DIRECTIONS)}
+    barrier = len(cols.codes)  # the first held segment (in arrival order) that starts a frame not to decode ahead
     for d, idx in runs.items():
-        if not idx:
+        if not len(idx):
             continue
         framer = dec._framers[d]
-        expected = framer.expected
-        for i in idx:
-            _, offset, _, data = segments[i]
-            if offset != expected:
-                return 0
-            expected += len(data)
-        buf = b"".join([framer.pending, *(segments[i][3] for i in idx)])
+        offsets = cols.offsets[idx]
+        if offsets[0] != framer.expected or (offsets[1:] != (offsets + cols.lengths[idx])[:-1]).any():
+            return 0
+        buf = framer.pending + cols.bufs[d] if framer.pending else cols.bufs[d]
         stop = stop_at(d, buf)
         if stop < len(buf):
-            at = int(np.searchsorted([segments[i][1] for i in idx], framer.base + stop, "right")) - 1
-            barrier = min(barrier, idx[at] if at >= 0 else 0)
+            at = int(np.searchsorted(offsets, framer.base + stop, "right")) - 1
+            barrier = min(barrier, int(idx[at]) if at >= 0 else 0)
     if barrier == 0:
         return 0
     held.ahead += 1
-    ahead = {d: [i for i in idx if i < barrier] for d, idx in runs.items()}
+    ahead = {d: idx[idx < barrier] for d, idx in runs.items()}
     f0, e0 = len(dec._frames), len(dec._frame_errors)
     cuts = []
     for d in _DIRECTIONS:
         idx = ahead[d]
-        if idx:
+        if len(idx):
             framer = dec._framers[d]
-            data = b"".join([segments[i][3] for i in idx])
+            last = idx[-1]
+            data = cols.bufs[d][:int(cols.starts[last] + cols.lengths[last])]
             try:
-                framer.feed_run(segments[idx[0]][1], data, [(segments[i][1], segments[i][2]) for i in idx])
+                framer.feed_run(int(cols.offsets[idx[0]]), data, list(zip(cols.offsets[idx].tolist(), cols.times[idx].tolist())))
             except Exception as exc:  # a decoder bug must not fail the task: keep the bytes as an error
-                dec._internal_error(framer, exc, segments[idx[-1]][2])
+                dec._internal_error(framer, exc, int(cols.times[last]))
         cuts.append((len(dec._frames), len(dec._frame_errors)))
-    if ahead[TO_SERVER] and ahead[TO_CLIENT]:
-        keys = {d: (np.array([segments[i][1] for i in ahead[d]], np.int64), np.array(ahead[d], np.int64)) for d in _DIRECTIONS}
+    if len(ahead[TO_SERVER]) and len(ahead[TO_CLIENT]):
+        keys = {d: (cols.offsets[ahead[d]], ahead[d].astype(np.int64)) for d in _DIRECTIONS}
         (fa, ea), (fb, eb) = cuts
         if f0 < fa < fb:
             dec._frames[f0:] = interleave(dec._frames[f0:fa], dec._frames[fa:fb], keys)
@@ -126,12 +184,6 @@ def _ahead(dec, held: Held, segments: list, stop_at, interleave) -> int:
             errors.sort(key=lambda row: _key_of(keys[row["direction"]], row["stream_offset"] + row["length"] - 1))
             dec._frame_errors[e0:] = errors
     return barrier
-
-
-def _one_by_one(dec, held: Held, segments: list) -> None:
-    held.in_order += 1
-    for seg in segments:
-        StreamDecoderBase.data(dec, *seg)
 
 
 def _key_of(key: tuple[np.ndarray, np.ndarray], last_byte: int) -> int:

@@ -90,6 +90,11 @@ def compiled_module(name: str):
     return module or None
 
 
+def run_kernel():
+    """The TCP reassembler's compiled runs (``amqplens.decode.tcp.run_kernel``), or None without numba."""
+    return compiled_module("amqplens.decode.tcp.run_kernel")
+
+
 def _walk():
     from amqplens.decode.v0_9_1.hot_kernel import walk
     from amqplens.decode.v0_9_1 import content_kernel  # noqa: F401  (ArrayContent's, loaded with the walk)

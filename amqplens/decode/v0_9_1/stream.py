@@ -83,6 +83,14 @@ class Amqp091StreamDecoder(StreamDecoderBase):
             return
         super().data(direction, offset, ts_us, data)
 
+    def data_run(self, run) -> None:
+        """``data`` of each segment of a run (the reassembler's in-order runs), held whole where ``data`` holds."""
+        if self._held is None:
+            for segment in run.segments():
+                self.data(*segment)
+            return
+        ahead.hold_run(self, self._held, run, ahead.steady, ahead.catch_up, ahead.MAX_BYTES)
+
     def catch_up(self) -> None:
         """Decode the held segments (before anything reads the rows, the facts or the framers' state)."""
         if self._held is not None and self._held.segments:

@@ -13,6 +13,8 @@ import struct
 import sys
 import time
 
+import numpy as np
+
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
 from amqplens.decode.v0_9_1 import hotpath
 from amqplens.decode.v0_9_1.stream import Amqp091StreamDecoder
@@ -49,6 +51,12 @@ def warm() -> float:
         held.data(TO_SERVER, at, at, data[at : at + 64])
         held.data(TO_CLIENT, at + 24, at, data[at + 32 : at + 96])
     held.drain_frame_parts()
+    runs = hotpath.run_kernel()  # the TCP reassembler's runs, with the argument types it passes
+    if runs is not None:
+        ints = np.zeros(4, np.int64)
+        runs.run_end(0, 4, 0, ints, ints, ints, 0, 1, 0, 1, ints, 7, ints, ints, np.zeros(4, np.bool_), 0, 0, True, True,
+                     np.zeros(4, np.int8))
+        runs.history_kept(ints, ints, 1, 0)
     content = hotpath.array_content()()  # the message state's steps for the frames the Python decoder reads
     content.on_method(1, 60, True)
     content.on_header(1, 60, 1)

@@ -77,6 +77,16 @@ class Amqp10StreamDecoder(StreamDecoderBase):
             return
         super().data(direction, offset, ts_us, data)
 
+    def data_run(self, run) -> None:
+        """``data`` of each segment of a run (the reassembler's in-order runs), held whole where ``data`` holds."""
+        if self._held is None:
+            for segment in run.segments():
+                self.data(*segment)
+            return
+        from amqplens.decode.v0_9_1.ahead import hold_run
+
+        hold_run(self, self._held, run, self._ahead.steady, self._ahead.catch_up, self._ahead.MAX_BYTES)
+
     def catch_up(self) -> None:
         """Decode the held segments (before anything reads the rows, the facts or the framers' state)."""
         if self._held is not None and self._held.segments:
