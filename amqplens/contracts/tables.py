@@ -187,7 +187,8 @@ FRAMES = Table(
         "Message bodies are never stored: body_size and body_sha256 (and body_prefix when decode.body_prefix_bytes > 0)."
     ),
     key=("frame_id",),
-    plain=("frame_id", "stream_offset", "ts", "delivery_tag", "message_seq"),
+    plain=("frame_id", "stream_offset", "ts", "delivery_tag", "message_seq", "arguments_json"),
+    no_statistics=("frame_id", "direction", "stream_offset", "dialect", "frame_type", "size", "source"),
     columns=(
         C("frame_id", "string", "connection_id, s|c (to server|to client) and stream_offset joined by '-'", False),
         C("connection_id", "string", "the connection (connections.connection_id)", False),

@@ -384,10 +384,13 @@ def decode_flows(batches: Iterable[pa.RecordBatch], options: Options = Options()
         if batch.num_rows == 0:
             continue
         packets_mask = pc.equal(batch.column("kind"), "packet")
-        others = batch.filter(pc.invert(packets_mask))
-        for row in others.select(["kind", "capture_id", "meta"]).to_pylist():
-            yield passthrough(row["kind"], row["capture_id"], row["meta"])
-        packets = batch.filter(packets_mask)
+        if pc.all(packets_mask, skip_nulls=False).as_py():  # the common batch: packets only, not copied by a filter that keeps them all
+            packets = batch
+        else:
+            others = batch.filter(pc.invert(packets_mask))
+            for row in others.select(["kind", "capture_id", "meta"]).to_pylist():
+                yield passthrough(row["kind"], row["capture_id"], row["meta"])
+            packets = batch.filter(packets_mask)
         if packets.num_rows == 0:
             continue
         # A partition may hold flows of several captures; each capture's flows are contiguous (sort order).

@@ -182,7 +182,8 @@ class StagedWriter:
             self.fs.create_dir(tmp.rsplit("/", 1)[0], recursive=True)
             f = self.files[slot] = {"rel": rel, "tmp": tmp, "pending": [], "pending_rows": 0, "rows": 0, "units": {},
                                     "writer": pq.ParquetWriter(tmp, self.schema, filesystem=self.fs, compression="snappy",
-                                                              use_dictionary=self.t.dictionary_columns())}
+                                                              use_dictionary=self.t.dictionary_columns(),
+                                                              write_statistics=self.t.statistics_columns())}
         f["pending"].append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
         f["pending_rows"] += batch.num_rows
         f["units"][unit] = f["units"].get(unit, 0) + batch.num_rows
