@@ -294,6 +294,7 @@ DELIVERIES = Table(
     ),
     key=("delivery_id",),
     plain=("delivery_id", "delivery_tag", "message_id", "body_sha256", "sent_ts", "settled_ts", "settle_latency_us", "settled_by_frame_id", "frame_ids"),
+    no_statistics=("delivery_id", "dialect", "direction", "channel", "method", "sent_ts", "outcome", "frame_ids", "source"),
     columns=(
         C("delivery_id", "string", "connection_id, direction, channel[, handle] and the codec's message_seq joined by '-' "
           "(tags restart, 1.0 ids wrap); f<stream_offset of its first frame> in place of a message_seq the codec did not "
@@ -348,6 +349,7 @@ FLOW_EVENTS = Table(
     doc="A time series of flow-control state per channel, consumer, link and session, one row per change.",
     key=("event_id",),
     plain=("event_id", "ts", "frame_id"),
+    no_statistics=("event_id", "ts", "frame_id"),
     columns=(
         C("event_id", "string", "frame_id of the frame that caused the change, the entity and its key, joined by '-'", False),
         C("connection_id", "string", "the connection", False),
