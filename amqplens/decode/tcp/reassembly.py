@@ -80,6 +80,8 @@ class ReassemblyStats:
 MIN_RUN = 32
 _RUN_COLUMNS = ("flow_key", "ts_us", "src_port", "seq", "ack", "tcp_flags", "wire_len", "payload_truncated", "src_ip")
 _DIRECTION_CODE = {TO_SERVER: 0, TO_CLIENT: 1}  # ``ahead.Run``'s codes
+
+
 def _ints(batch, name: str) -> np.ndarray:
     column = batch.column(name)
     column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
@@ -244,6 +246,7 @@ class TcpReassembler:
         scode = src.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         code_of = {v: i for i, v in enumerate(src.dictionary.to_pylist())}
         bounds = np.append(np.flatnonzero(fk[1:] != fk[:-1]) + 1, n)  # where each flow's packets end
+        taken = None  # what a run reads beyond run_end's columns, made once a batch
         side = np.zeros(n, np.int8)
         cols: list[list] | None = None
         i = 0
@@ -256,7 +259,9 @@ class TcpReassembler:
                                        code_of.get(self._a_ip, -1), code_of.get(self._b_ip, -1), flags, _CONTROL, plen,
                                        seq, trunc, a.nseq or 0, b.nseq or 0, _takes_data(a), _takes_data(b), side))
                 if j - i >= MIN_RUN:
-                    self._take_run(kernel, conn, batch, i, j, side, plen)
+                    if taken is None:
+                        taken = (flags, *(_ints(batch, c) for c in ("wire_len", "ack", "ts_us")), plen, payload)
+                    self._take_run(kernel, conn, i, j, side, *taken)
                     i = j
                     continue
                 stop = min(j + 1, stop)  # a short run, and the packet that ended it, through the reference
@@ -267,23 +272,19 @@ class TcpReassembler:
             self._feed_rows(cols, i, stop)
             i = stop
 
-    def _take_run(self, kernel, conn: _Connection, batch, i: int, j: int, side: np.ndarray, plen: np.ndarray) -> None:
-        """Packets ``[i, j)`` (``run_end``'s) as the reference takes them one by one: each side's counters, the
-        peer's last acknowledgement, the bytes delivered (times never going back), the history kept for comparing
-        retransmissions, and one ``data_run`` to the consumer."""
+    def _take_run(self, kernel, conn: _Connection, i: int, j: int, side: np.ndarray, flags: np.ndarray, wire: np.ndarray,
+                  ack: np.ndarray, ts: np.ndarray, plen: np.ndarray, payload) -> None:
+        """Packets ``[i, j)`` of the batch (``run_end``'s; its columns as arrays, ``payload`` as Arrow) as the
+        reference takes them one by one: each side's counters, the peer's last acknowledgement, the bytes delivered
+        (times never going back), the history kept for comparing retransmissions, and one ``data_run`` to the
+        consumer."""
         cut = slice(i, j)
-        sides = side[cut]
-        flags = _ints(batch, "tcp_flags")[cut]
-        wire = _ints(batch, "wire_len")[cut]
-        ack = _ints(batch, "ack")[cut]
-        ts = _ints(batch, "ts_us")[cut]
-        lengths = plen[cut]
+        sides, flags, wire, ack, ts, lengths = side[cut], flags[cut], wire[cut], ack[cut], ts[cut], plen[cut]
         streams = (conn.a, conn.b)
         codes = np.zeros(j - i, np.int8)
         times = np.zeros(j - i, np.int64)
         offsets = np.zeros(j - i, np.int64)
         bufs: dict[str, bytes] = {}
-        payload = batch.column("payload")
         for code in (0, 1):
             s, o = streams[code], streams[1 - code]
             mine = sides == code
