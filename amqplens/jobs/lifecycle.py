@@ -28,6 +28,7 @@ from collections.abc import Mapping
 import pyarrow as pa
 
 from amqplens.decode import __version__
+from amqplens.decode.common.arrow import repeated
 from amqplens.lifecycle.batches import FRAME_COLUMNS, lifecycle_batches
 from amqplens.lifecycle.fused import SORT_KEYS, sorted_lifecycle, sorted_table_lifecycle
 from amqplens.config import Config
@@ -73,7 +74,7 @@ def table_rows(out: pa.RecordBatch, kind: str, table: Table) -> pa.RecordBatch:
     """
     given = {"capture_id": out.column("capture_id")}
     if "source" in table.column_names:
-        given["source"] = pa.array(["capture"] * out.num_rows, pa.string())
+        given["source"] = repeated("capture", out.num_rows)
     return contract_batch(table, out.column(kind), given)
 
 

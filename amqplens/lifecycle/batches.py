@@ -117,7 +117,7 @@ class LifecycleBatcher:
                 m = part.num_rows
                 values = pa.StructArray.from_arrays([part.column(f.name).combine_chunks().cast(f.type) for f in struct],
                                                     fields=list(struct))
-                arrays = [pa.array([kind] * m, pa.string()), part.column("capture_id").combine_chunks()]
+                arrays = [repeated(kind, m), part.column("capture_id").combine_chunks()]
                 arrays += [values if f.name == kind else pa.nulls(m, f.type) for f in list(self.schema)[2:]]
                 yield pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         rows = done.request_responses
