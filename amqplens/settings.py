@@ -341,14 +341,22 @@ class LifecycleSettings(_Section):
         "shuffles and sorts them by connection (also what a capture with a connection of more than "
         "`max_connection_frames` frames takes, or a frames file not written by amqplens). Same rows either way")
     direct_task_frames: Annotated[int, *Int(1)] = setting(
-        3_000_000, "a direct `lifecycle` task is given connections of about this many frames in all (at least one task "
+        1_000_000, "a direct `lifecycle` task is given connections of about this many frames in all (at least one task "
         "per core, a connection never split); it holds their frames (about 170 bytes a frame of a 0-9-1 capture as "
-        "read: no frame ids, the repeated text as dictionaries)")
+        "read: no frame ids, the repeated text as dictionaries, and the folding's and array pass's arrays of them: "
+        "about 400 bytes a frame at the peak), but a task given one connection of more than `chunk_frames` frames "
+        "holds a chunk of it at a time")
+    chunk_frames: Annotated[int, *Int(0)] = setting(
+        262_144, "a direct `lifecycle` task does a 0-9-1 connection of more frames than this a chunk of about this many "
+        "frames at a time (read, sorted, folded and passed from arrays, the pass's state carried from one chunk to "
+        "the next), so that it holds a chunk, not the connection; a connection the array pass does not model is "
+        "then done whole, as below. 0: every connection whole. Same rows either way")
     max_connection_frames: Annotated[int, *Int(1)] = setting(
-        4_000_000, "the `lifecycle` job holds each connection whole to fold its content and do it from arrays "
-        "(`compiled`): a worker peaks at about 400 bytes a frame of its largest connection above its ~400 MiB at rest "
-        "(1.7 GB for one of 3.4M frames). A capture with a connection of more frames takes Spark's sort, and that connection goes to the "
-        "machines frame by frame as it comes, held nowhere (about 3x slower). Same rows either way")
+        4_000_000, "the `lifecycle` job's direct tasks hold a connection whole where it is not done in chunks "
+        "(`chunk_frames`: one the array pass does not model, or one sharing its task): a worker then peaks at about "
+        "400 bytes a frame of it above its ~400 MiB at rest (1.7 GB for one of 3.4M frames). A capture with a "
+        "connection of more frames takes Spark's sort, and that connection goes to the machines frame by frame as it "
+        "comes, held nowhere (about 3x slower). Same rows either way")
 
 
 class LogsSettings(_Section):

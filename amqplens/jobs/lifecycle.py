@@ -105,6 +105,12 @@ class LifecycleWriters:
     def close(self) -> list[tuple[str, StagedFile]]:
         return [(kind, f) for kind, w in self.writers.items() for f in w.close()]
 
+    def discard(self) -> None:
+        """Close, and remove the files written: rows this task will not report."""
+        for w in self.writers.values():
+            for f in w.close():
+                w.fs.delete_file(f"{w.dir}/{f.path}")
+
 
 def stage_lifecycle(batches, fn, staged: dict[str, StagedTable], task: int | None = None):
     """``fn`` (``lifecycle_batches``), its rows written by this task into each table's staging folder.
@@ -115,7 +121,11 @@ def stage_lifecycle(batches, fn, staged: dict[str, StagedTable], task: int | Non
     writers = LifecycleWriters(staged, current_task() if task is None else task)
     for out in fn(batches):
         writers.write(out)
-    for kind, f in writers.close():
+    yield from _staged_rows(writers.close())
+
+
+def _staged_rows(files: list[tuple[str, StagedFile]]):
+    for kind, f in files:
         yield pa.RecordBatch.from_pydict({"kind": [kind], "capture_id": [f.unit], "meta": [f.to_meta()]},
                                          schema=STAGED_SCHEMA)
 
@@ -210,7 +220,8 @@ def direct_plan(store: TableStore, units: list[str], tasks: int, task_frames: in
             groups: dict[str, list[int]] = {}
             for k, g in sorted({kg for cid in placed for kg in where[cid]}):
                 groups.setdefault(files[k][1], []).append(g)
-            plan.append(json.dumps({"files": groups, "connections": sorted(placed)}))
+            plan.append(json.dumps({"files": groups, "connections": sorted(placed),
+                                    "frames": sum(counts[cid] for cid in placed)}))
     return plan
 
 
@@ -218,13 +229,14 @@ PLAN_SCHEMA = pa.schema([("plan", pa.string())])
 
 
 def direct_task(plans, root: str, read: list[str], fields: list[pa.Field], fn, staged: dict[str, StagedTable],
-                lean_read: bool = False):
+                lean_read: bool = False, chunk_frames: int = 0):
     """A direct task: its connections' frames read from the lake's files by pyarrow (no scan through the JVM, no
     shuffle), sorted as the Spark path sorts a partition, and written (``stage_lifecycle``). ``fn``: the whole
     sorted table and ``fields`` (the frame columns not read, all null) -> ``lifecycle_batches``' output.
     Holds the task's frames once sorted (the source table is let go), and the copies one group of connections makes.
     ``lean_read``: the hot methods' arguments let go a batch at a time as they are read (``fold.lean``; the compiled
-    lifecycle, which makes its frames lean anyway), not after the whole read."""
+    lifecycle, which makes its frames lean anyway), not after the whole read. ``chunk_frames``: a task of one 0-9-1
+    connection of more frames than this tries it a chunk at a time first (``chunked_connection``)."""
     import json
 
     import pyarrow.compute as pc
@@ -243,8 +255,197 @@ def direct_task(plans, root: str, read: list[str], fields: list[pa.Field], fn, s
             single = plan["connections"][0] if len(plan["connections"]) == 1 else None
             columns = [c for c in read if c != "frame_id" and (single is None or c != "connection_id")]
             # handed on: the lifecycle lets the frames go as it copies the rows it keeps (fold.Handed)
+            if chunk_frames and lean_read and single is not None and plan.get("frames", 0) > chunk_frames:
+                files = chunked_connection(data, columns, wanted, single, fields, staged, chunk_frames)
+                if files is not None:
+                    yield from _staged_rows(files)
+                    continue
             frames = Handed(read_sorted(data, columns, wanted, single, lean if lean_read else None))
             yield from stage_lifecycle(None, lambda _, frames=frames: fn(frames, fields), staged)
+
+
+CHUNKED_TASK = 1 << 20  # a chunked connection's files are named by its task number plus this (dropped if it falls back)
+
+
+class _Unchunked(Exception):
+    """The connection cannot be done a chunk at a time (it is then done whole)."""
+
+
+def chunked_connection(data, columns: list[str], where, single: str, fields: list[pa.Field],
+                       staged: dict[str, StagedTable], chunk_frames: int) -> list[tuple[str, StagedFile]] | None:
+    """A direct task's one 0-9-1 connection a chunk of about ``chunk_frames`` frames at a time: read in the files'
+    order (the decoder's: times never go back), each chunk sorted, folded (``fold``) and passed from arrays
+    (``array091.ConnectionPass``, which carries the pass's state to the next chunk), its rows written. The files
+    written, or None (and nothing written) where the connection cannot be done so: the array pass does not model
+    it, its times go back across chunks, its offsets do not rise, its dialect changes or is not of the 0-9-1 family,
+    a row lacks a time, offset or direction, or no place to cut comes within four chunks. The whole path then
+    does it, with the same rows either way (``tests/lifecycle/test_chunked_task.py``).
+
+    A chunk ends where the time rises and no message is open in either direction (so a folded message never spans
+    two, and the runner's order of the connection is the chunks' orders one after the other), at a time no row not
+    read yet can come before."""
+    from amqplens.lifecycle.array091 import ConnectionPass
+    from amqplens.lifecycle.batches import LifecycleBatcher
+    from amqplens.lifecycle.runner import LifecycleOptions
+
+    options = LifecycleOptions()
+    writers = LifecycleWriters(staged, current_task() + CHUNKED_TASK)
+    out = LifecycleBatcher(**structs(), options=options)
+    pass_ = ConnectionPass(options.reorder_window, options.max_pending_returns)
+    try:
+        for chunk, final in _connection_chunks(data, columns, where, single, fields, chunk_frames):
+            done = pass_.feed(_folded_chunk(chunk, options.reorder_window), final)
+            del chunk
+            if done is None:
+                raise _Unchunked("not modelled")
+            for batch in out.arrays(done):
+                writers.write(batch)
+            del done
+    except _Unchunked as why:
+        log.info("lifecycle: connection %s done whole (%s)", single, why)
+        writers.discard()
+        return None
+    except BaseException:
+        writers.discard()
+        raise
+    return writers.close()
+
+
+def _folded_chunk(chunk: pa.Table, window: int) -> pa.Table:
+    """A sorted chunk folded (``fold``), with the fold's columns (null) where nothing in it folded."""
+    from amqplens.lifecycle.fold import FOLD_COLUMNS, fold, plain_table
+
+    folded = plain_table(fold(chunk, window))
+    types = {"fold_frame_ids": pa.list_(pa.string()), "fold_properties_json": pa.string(), "fold_body_size": pa.int64(),
+             "fold_body_sha256": pa.string()}
+    for name in FOLD_COLUMNS:
+        if name not in folded.column_names:
+            folded = folded.append_column(pa.field(name, types[name]), pa.nulls(folded.num_rows, types[name]))
+    return folded
+
+
+def _connection_chunks(data, columns: list[str], where, single: str, fields: list[pa.Field], chunk_frames: int):
+    """``(chunk, final)``: the connection's rows a sorted chunk at a time (``chunked_connection``); raises
+    ``_Unchunked``."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from amqplens.decode.detect import FAMILY_0_9_1
+    from amqplens.lifecycle.fold import column_in, lean, plain
+    from amqplens.lifecycle.fused import sort_options
+
+    held: list[pa.Table] = []  # rows read, not yet in a chunk
+    held_rows = 0
+    floor = None  # the time every row read from now on must reach: the last chunk's cut
+    last_offset = [-1, -1]  # per direction (to_server, to_client): the last chunk's highest stream offset
+    dialect = None
+    first = True
+
+    def chunk_of(rows: pa.Table, upto: int | None):
+        """The sorted rows up to a cut (None: all), as the next chunk; the rest stays held."""
+        nonlocal dialect, first
+        part = rows if upto is None else rows.slice(0, upto)
+        names = pc.unique(plain(part.column("dialect"))).to_pylist()
+        if len(names) != 1 or names[0] not in FAMILY_0_9_1 or dialect not in (None, names[0]):
+            raise _Unchunked(f"dialects {names}")
+        dialect = names[0]
+        to_client = column_in(part, "direction", ["to_client"])
+        offsets = pc.fill_null(part.column("stream_offset"), 0).to_numpy()
+        for d in (0, 1):
+            mine = offsets[to_client == bool(d)]
+            if len(mine):
+                if mine.min() <= last_offset[d]:
+                    raise _Unchunked("offsets do not rise")
+                last_offset[d] = int(mine.max())
+        first = False
+        return part
+
+    for table in _row_group_tables(data, columns, where):
+        table = lean(table)
+        if not table.num_rows:
+            continue
+        if any(table.column(c).null_count for c in ("ts", "stream_offset", "direction")) or not column_in(
+                table, "direction", ["to_server", "to_client"]).all():
+            raise _Unchunked("a row without a time, offset or direction")
+        ts = table.column("ts").cast(pa.int64()).to_numpy()
+        if floor is not None and ts.min() < floor:
+            raise _Unchunked("times go back")
+        n = table.num_rows
+        table = table.append_column("connection_id", pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(n, np.int32)), pa.array([single], pa.string())))
+        for f in fields:
+            table = table.append_column(f, pa.nulls(n, f.type))
+        held.append(table)
+        held_rows += n
+        if held_rows < chunk_frames:
+            continue
+        rows = pa.concat_tables(held)
+        held = []
+        rows = rows.take(pc.sort_indices(_sort_keys(rows), options=sort_options()))
+        cut = _cut(rows, int(ts[-1]))  # no row still to read is earlier than the last one read
+        if cut is None:
+            if held_rows >= 4 * chunk_frames:
+                raise _Unchunked("no place to cut")
+            held = [rows]
+            continue
+        floor = int(rows.column("ts").cast(pa.int64())[cut].as_py())
+        # the rows after the cut copied (a few), so that the chunk's buffers go with the chunk
+        held = [pa.Table.from_batches(rows.slice(cut).to_batches()).combine_chunks()]
+        held_rows = held[0].num_rows
+        yield chunk_of(rows, cut), False
+        del rows
+    rows = pa.concat_tables(held) if held else None
+    if rows is None or not rows.num_rows:
+        if first:
+            raise _Unchunked("no rows")
+        rows = None
+    if rows is not None:
+        rows = rows.take(pc.sort_indices(_sort_keys(rows), options=sort_options()))
+        yield chunk_of(rows, None), True
+    else:  # the last chunk ended the rows: an empty final chunk would have nothing to close on
+        raise _Unchunked("the rows ended at a cut")
+
+
+def _row_group_tables(data, columns: list[str], where):
+    """The rows ``where`` keeps of each row group of ``data``'s fragments in turn, in the files' order: one row group
+    held at a time (a scanner's read-ahead held 125-430 MiB of a 3.4M-frame connection's rows, 9 MiB so)."""
+    for fragment in data.get_fragments():
+        groups = getattr(fragment, "row_groups", None)
+        if groups is None:  # not Parquet (tests' tables in memory): its batches
+            for batch in fragment.to_batches(columns=columns, filter=where):
+                yield pa.Table.from_batches([batch])
+            continue
+        for group in groups:
+            yield fragment.subset(row_group_ids=[group.id]).to_table(columns=columns, filter=where)
+
+
+def _cut(rows: pa.Table, latest: int) -> int | None:
+    """The last place in sorted ``rows`` where a chunk may end: the time rises there, to no later than ``latest``,
+    and in neither direction is a message open (a basic.publish, deliver or get-ok whose content has not come to
+    the frame with the body's hash; heartbeats change nothing). None where there is none."""
+    import numpy as np
+
+    from amqplens.lifecycle.fold import column_in, column_valid
+
+    n = rows.num_rows
+    ts = rows.column("ts").cast(pa.int64()).to_numpy()
+    to_client = column_in(rows, "direction", ["to_client"])
+    method = column_in(rows, "frame_type", ["method"])
+    content = column_in(rows, "frame_type", ["header", "body"])
+    opens = method & column_in(rows, "class_name", ["basic"]) & column_in(rows, "method_name", ["publish", "deliver", "get-ok"])
+    opens |= content & ~column_valid(rows, "body_sha256")
+    changes = ~column_in(rows, "frame_type", ["heartbeat"])
+    index = np.arange(n)
+    open_before = np.ones(n + 1, bool)  # at place p: no message open in either direction before it
+    for d in (False, True):
+        last = np.maximum.accumulate(np.where(changes & (to_client == d), index, -1))
+        open_d = np.zeros(n + 1, bool)
+        open_d[1:] = np.where(last >= 0, opens[np.maximum(last, 0)], False)
+        open_before &= ~open_d
+    ok = np.zeros(n, bool)
+    ok[1:] = (ts[1:] > ts[:-1]) & (ts[1:] <= latest) & open_before[1:n]
+    places = np.flatnonzero(ok)
+    return int(places[-1]) if len(places) else None
 
 
 # the frames' text columns whose values repeat down a connection, read dictionary-encoded by the direct tasks (as
@@ -386,7 +587,8 @@ def run(spark, conf: Config, capture_ids: list[str] | None = None, run_id: str |
         whole = functools.partial(sorted_table_lifecycle if conf["lifecycle.compiled"] != "off" else _direct_machines,
                                   **structs(), batch_rows=conf["capture.batch_rows"])
         out = rows.mapInArrow(functools.partial(direct_task, root=store.root, read=read, fields=fields, fn=whole,
-                                                staged=staged, lean_read=conf["lifecycle.compiled"] != "off"),
+                                                staged=staged, lean_read=conf["lifecycle.compiled"] != "off",
+                                                chunk_frames=conf["lifecycle.chunk_frames"]),
                               from_arrow_schema(STAGED_SCHEMA))
     else:
         out = (

@@ -87,6 +87,53 @@ _P = _tables(machines.PUBLISH)
 _D = _tables(machines.DELIVER)
 _E = _tables(machines.ENDPOINT)
 EFF = {name: i for i, name in enumerate(_EFFECTS)}
+_EFF_SETTLE = np.zeros(len(_EFFECTS), np.bool_)
+_EFF_SETTLE[[EFF["settle"], EFF["settle_held"], EFF["close"], EFF["mark"]]] = True
+# the pass's arguments from the machines' tables: the tables, the events it uses, the effects
+_TABLE_ARGS = (
+    _P[1], _P[2], _P[3], len(machines.PUBLISH.states), _D[1], _D[2], _D[3], len(machines.DELIVER.states), _E[1], _E[2], _E[3],
+    np.array([_P_EVENTS.index(e) for e in ("publish_confirm", "publish_plain", "broker_ack", "broker_nack",
+                                          "channel_close", "connection_close", "capture_end", "publish_mandatory")], np.int64),
+    np.array([_D_EVENTS.index(e) for e in ("deliver_manual", "channel_close", "connection_close", "capture_end",
+                                          "deliver_auto_ack")], np.int64),
+    np.array([_EP_EVENTS.index("open"), _EP_EVENTS.index("close_reply"), machines.ENDPOINT.states.index("closed"),
+              machines.ENDPOINT.states.index("unseen")], np.int64),
+    _EFF_SETTLE, EFF["fire"], EFF["revert"], EFF["open"], EFF["close"])
+# the pass's per-channel arrays (kernels.lifecycle_pass unpacks them in this order) and per-consumer ones, with the
+# value each starts at: the endpoint machine's state, confirm mode, the next confirm number, the channel's and its
+# consumers' prefetch, deliveries in flight, closed for good, the heads and tails of the outstanding deliveries,
+# unconfirmed publishes, pending consumes, mandatory publishes (and their count), pending gets; a consumer's
+# registered, cancelled, no-ack, consume row, prefetch and deliveries in flight
+_CHAN_START = (machines.ENDPOINT.states.index("unseen"), 0, 1, 0, 0, 0, 0, -1, -1, -1, -1, -1, -1, -1, -1, 0, -1, -1)
+_CONS_START = (0, 0, 0, -1, 0, 0)
+
+
+class PassState:
+    """``kernels.lifecycle_pass``'s state of channels, consumers and the connection, kept between calls (a
+    connection's rows a chunk at a time) and grown as channels and consumers appear."""
+
+    def __init__(self) -> None:
+        self.chan = tuple(np.zeros(0, np.int64) for _ in _CHAN_START)
+        self.cons = tuple(np.zeros(0, np.int64) for _ in _CONS_START)
+        self.last_seq = np.zeros(0, np.int64)
+        self.chans = np.zeros(0, np.int64)
+        self.cs = np.array([0, -1, 0], np.int64)  # channels seen, the connection.close row, connection closed
+
+    def grow(self, n_chan: int, n_cons: int, n_dirchan: int) -> None:
+        def grown(a: np.ndarray, n: int, start: int) -> np.ndarray:
+            if len(a) >= n:
+                return a
+            out = np.full(n, start, np.int64)
+            out[:len(a)] = a
+            return out
+
+        self.chan = tuple(grown(a, n_chan, v) for a, v in zip(self.chan, _CHAN_START))
+        self.cons = tuple(grown(a, n_cons, v) for a, v in zip(self.cons, _CONS_START))
+        self.last_seq = grown(self.last_seq, n_dirchan, -1)
+        self.chans = grown(self.chans, n_chan, 0)
+
+    def arrays(self) -> tuple:
+        return self.chan, self.cons, self.last_seq, self.chans
 
 
 def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list]:
@@ -150,10 +197,12 @@ class Result:
         self.why: dict[int, tuple] = {}  # debug: connection number -> why it went to the machine
 
 
-def lifecycle(table: "pa.Table | Kept", window: int, debug: bool = False, max_pending_returns: int = 10_000) -> Result:
+def lifecycle(table: "pa.Table | Kept", window: int, debug: bool = False, max_pending_returns: int = 10_000,
+              chunk: "ConnectionPass | None" = None) -> Result:
     """``table``: whole connections' frames (the fused lifecycle's columns and ``FOLD_COLUMNS``), sorted by
     (connection_id, ts, stream_offset, direction); ``window``: the runner's reorder window; ``max_pending_returns``:
-    the machine's bound on mandatory publishes a return may name (``LifecycleOptions``)."""
+    the machine's bound on mandatory publishes a return may name (``LifecycleOptions``). ``chunk``: ``table`` is one
+    connection's rows that ``chunk`` carried from its last chunk, then its next chunk (``ConnectionPass.feed``)."""
     n = table.num_rows
     result = Result(n)
     kern = kernels()
@@ -225,26 +274,24 @@ def lifecycle(table: "pa.Table | Kept", window: int, debug: bool = False, max_pe
     # row (the rows' method names as Python strings were 1.8 CPU s of the 2 GB capture's lifecycle job)
     ranked = np.array([m in REFERS_BACK or m.endswith("-ok") for _, m in pairs] + [False], np.int64)
     rank = ranked[name_code]
-    order = kern.runner_orders(bounds, direction, ts, rank, window)
+    # a chunk's runner order is of its new rows only (those carried were handled in an earlier chunk)
+    order_bounds = bounds if chunk is None else np.array([chunk.carried, n], np.int64)
+    if chunk is not None and len(bounds) != 2:
+        return result
+    order = kern.runner_orders(order_bounds, direction, ts, rank, window)
     del rank, name_code, is_method, content, folded, offset, dialect, family
-    dchan = np.where(channel != 0, _dense(conn, channel), -1)
-    dirchan = _dense(conn, channel, direction)
-    uses_consumer = np.isin(action, [A_DELIVER, A_CONSUME, A_CONSUME_NOWAIT, A_CONSUME_OK, A_CANCEL_OK]) & (dchan >= 0)
     tag_col = table.column("consumer_tag") if "consumer_tag" in table.column_names else pa.nulls(n, pa.string())
     # consume and consume-ok name a consumer by its tag or "" (amqp091._consume); deliver and cancel-ok by the tag
     tag_filled = pc.if_else(pa.array(np.isin(action, [A_DELIVER, A_CANCEL_OK])), tag_col, pc.fill_null(tag_col, ""))
-    tag_code, tag_values = _codes(tag_filled)
-    tag_rank = np.empty(len(tag_values) + 1, np.int64)
-    tag_rank[:len(tag_values)] = np.argsort(np.argsort(np.array(tag_values, dtype=object), kind="stable"), kind="stable")
-    tag_rank[-1] = -1
-    cons = np.full(n, -1, np.int64)
-    known = uses_consumer & (tag_code >= 0)
-    if known.any():
-        cons[known] = _dense(dchan[known], tag_rank[tag_code[known]])
-    n_cons = int(cons.max()) + 1 if n else 0
+    consumer_rows = np.isin(action, [A_DELIVER, A_CONSUME, A_CONSUME_NOWAIT, A_CONSUME_OK, A_CANCEL_OK])
+    if chunk is not None:
+        dchan, dirchan, cons = chunk.ids(channel, direction, consumer_rows, tag_filled)
+        n_cons = len(chunk.cons_tags)
+    else:
+        dchan, dirchan, cons, n_cons = _dense_ids(conn, channel, direction, consumer_rows, tag_filled)
     # what the pass and the rows after it do not read: a row's worth each (1.5M rows of the 2 GB load capture's
     # longest connection: 12 MiB an array of int64), not held through the pass
-    del conn, direction, bad_row, uses_consumer, tag_code, known, tag_rank
+    del conn, direction, bad_row, consumer_rows
 
     state = np.zeros(n, np.int64)
     state[action == A_PUBLISH] = _P[0].index("new")
@@ -255,59 +302,205 @@ def lifecycle(table: "pa.Table | Kept", window: int, debug: bool = False, max_pe
     closed_here = np.zeros(n, bool)
     auto = np.zeros(n, bool)  # deliveries to a no-ack consumer, get-oks of a no-ack get
     rec_queue = np.full(n, -1, np.int64)  # per delivery: the consume or get whose queue it came from
+    links = np.full((3, n), -1, np.int64)  # the pass's per row: next in its channel's list, in its return list, consumer
+    emitted = None
+    if chunk is not None and chunk.carried:
+        m = chunk.carried
+        for name, values in (("state", state), ("by", by), ("by_ts", by_ts), ("dtag", dtag), ("auto", auto),
+                             ("rec_queue", rec_queue)):
+            values[:m] = chunk.carry[name]
+        links[:, :m] = chunk.carry["links"]
+        emitted = np.zeros(n, bool)
+        emitted[:m] = chunk.carry["emitted"]
     bad = conn_bad.copy()
-    eff_settle = np.zeros(len(_EFFECTS), np.bool_)
-    eff_settle[[EFF["settle"], EFF["settle_held"], EFF["close"], EFF["mark"]]] = True
     run = np.flatnonzero(~conn_bad)
-    sub_bounds = np.append(0, np.cumsum(sizes[run])).astype(np.int64)
-    sub_order = np.concatenate([order[bounds[c]:bounds[c + 1]] for c in run])
+    if chunk is None:
+        sub_bounds = np.append(0, np.cumsum(sizes[run])).astype(np.int64)
+        sub_order = np.concatenate([order[bounds[c]:bounds[c + 1]] for c in run])
+        st = PassState()
+        st.grow(int(dchan.max()) + 1 if (dchan >= 0).any() else 1, max(n_cons, 1), int(dirchan.max()) + 1)
+    else:
+        sub_bounds = np.array([0, n - chunk.carried], np.int64)
+        sub_order = order[chunk.carried:n]
+        st = chunk.state
+        st.grow(max(len(chunk.chan_of), 1), max(n_cons, 1), max(len(chunk.dirchan_id), 1))
     sub_bad = np.zeros(len(run), np.bool_)
     events = kern.lifecycle_pass(
         sub_bounds, sub_order, action, ep_event, dchan, cons, column_values(table, "delivery_tag", 0),
         column_values(table, "multiple", False, bool), settle_kind, column_values(table, "message_seq", -1), dirchan, ts,
         column_values(table, "prefetch_count", 0), column_values(table, "global_qos", False, bool), column_values(table, "no_ack", False, bool),
         mandatory, max_pending_returns,
-        int(dchan.max()) + 1 if (dchan >= 0).any() else 1, max(n_cons, 1), int(dirchan.max()) + 1,
-        _P[1], _P[2], _P[3], len(machines.PUBLISH.states), _D[1], _D[2], _D[3], len(machines.DELIVER.states),
-        _E[1], _E[2], _E[3],
-        np.array([_P_EVENTS.index(e) for e in ("publish_confirm", "publish_plain", "broker_ack", "broker_nack",
-                                              "channel_close", "connection_close", "capture_end", "publish_mandatory")],
-                 np.int64),
-        np.array([_D_EVENTS.index(e) for e in ("deliver_manual", "channel_close", "connection_close", "capture_end",
-                                              "deliver_auto_ack")], np.int64),
-        np.array([_EP_EVENTS.index("open"), _EP_EVENTS.index("close_reply"), machines.ENDPOINT.states.index("closed"),
-                  machines.ENDPOINT.states.index("unseen")], np.int64),
-        eff_settle, EFF["fire"], EFF["revert"], EFF["open"], EFF["close"],
-        sub_bad, state, by, by_ts, dtag, closed_here, auto, rec_queue)
+        *_TABLE_ARGS,
+        sub_bad, state, by, by_ts, dtag, closed_here, auto, rec_queue,
+        *st.arrays(), links[0], links[1], links[2], st.cs, chunk is None or chunk.final)
     bad[run] = sub_bad
     if debug:
         for c in run[sub_bad]:
             result.why[int(c)] = ("pass",)
     records = np.isin(action, [A_PUBLISH, A_DELIVER, A_GET_OK])
     ended = np.where(action == A_PUBLISH, state >= len(machines.PUBLISH.states), state >= len(machines.DELIVER.states))
-    np.logical_or.at(bad, of_conn, records & ~ended)  # a record the pass left live: the machine says what it is
+    if chunk is None or chunk.final:  # a record the pass left live: the machine says what it is
+        np.logical_or.at(bad, of_conn, records & ~ended)
     good = ~bad[of_conn]
     if not good.any():
         return result
     result.taken = good
     fids = _frame_id_at(table)
-    delivery_rows = np.flatnonzero(records & good)
+    done = records & good & ended  # (every record, where the connection ends here)
+    if emitted is not None:
+        done &= ~emitted
+    delivery_rows = np.flatnonzero(done)
     result.deliveries = lambda size: (  # built a slice at a time: a long connection's rows are many
         _deliveries(table, delivery_rows[at:at + size], action, state, by, by_ts, dtag, rec_queue, fids, ts, auto)
         for at in range(0, len(delivery_rows), size))
     keep = good[events[:, 0]] if len(events) else np.zeros(0, bool)
-    chan_of = np.zeros(int(dchan.max()) + 1 if (dchan >= 0).any() else 1, np.int64)
-    chan_of[dchan[dchan >= 0]] = channel[dchan >= 0]
-    tag_of = np.zeros(max(n_cons, 1), np.int64)
-    tag_of[cons[cons >= 0]] = np.flatnonzero(cons >= 0)
+    if chunk is None:
+        chan_of = np.zeros(int(dchan.max()) + 1 if (dchan >= 0).any() else 1, np.int64)
+        chan_of[dchan[dchan >= 0]] = channel[dchan >= 0]
+        tag_of = np.zeros(max(n_cons, 1), np.int64)
+        tag_of[cons[cons >= 0]] = np.flatnonzero(cons >= 0)
+        tags = take_span(tag_filled, tag_of)  # each consumer's tag, taken once
+    else:
+        chan_of = np.array(chunk.chan_of + [0], np.int64)
+        tags = pa.array(chunk.cons_tags + [""], pa.string())
     kept_events = events if keep.all() else events[keep]
     del events
-    tags = take_span(tag_filled, tag_of)  # each consumer's tag, taken once
     result.flow_events = lambda size: (
         _flow_events(table, kept_events[at:at + size], chan_of, tags, fids, ts)
         for at in range(0, len(kept_events), size))
-    result.request_responses = _requests(table, order, bounds, np.flatnonzero(~bad), action, closed_here, fids, ts)
+    result.request_responses = _requests(table, order, order_bounds, np.flatnonzero(~bad), action, closed_here, fids, ts,
+                                         chunk)
+    if chunk is not None and not chunk.final:
+        chunk.carry_from(table, state, by, by_ts, dtag, auto, rec_queue, links, done if emitted is None else done | emitted,
+                         records & ended)
     return result
+
+
+def _dense_ids(conn, channel, direction, consumer_rows, tag_filled) -> tuple:
+    """Whole connections' dense ids: (channel of each row, -1 on channel 0; channel direction; consumer, -1 where
+    the row names none; the consumers' count)."""
+    n = len(conn)
+    dchan = np.where(channel != 0, _dense(conn, channel), -1)
+    dirchan = _dense(conn, channel, direction)
+    tag_code, tag_values = _codes(tag_filled)
+    tag_rank = np.empty(len(tag_values) + 1, np.int64)
+    tag_rank[:len(tag_values)] = np.argsort(np.argsort(np.array(tag_values, dtype=object), kind="stable"), kind="stable")
+    tag_rank[-1] = -1
+    cons = np.full(n, -1, np.int64)
+    known = consumer_rows & (dchan >= 0) & (tag_code >= 0)
+    if known.any():
+        cons[known] = _dense(dchan[known], tag_rank[tag_code[known]])
+    return dchan, dirchan, cons, int(cons.max()) + 1 if n else 0
+
+
+class ConnectionPass:
+    """One 0-9-1 connection's array pass a chunk of its rows at a time (``lifecycle`` with ``chunk``), its state
+    carried from one chunk to the next, so that what a task holds is bounded by the chunk, not by the connection.
+
+    What a chunk leaves to the next (``carry_from``): the pass's state of channels and consumers (``PassState``),
+    the ids it gave them, the request matcher, and the rows something still refers to: the deliveries and publishes
+    outstanding, the mandatory publishes a return may name, the pending consumes and gets, each consumer's consume
+    row, the connection.close row, and the rows those settled by. They lead the next chunk's table, renumbered, with
+    their per-row state; their deliveries rows are given once they end (``emitted``: those given already).
+
+    ``feed`` takes the connection's folded rows (``fold``), sorted as ``lifecycle`` takes them, a chunk at a time;
+    each chunk's rows must all be later in time than the last chunk's (the runner's order of the whole is then the
+    chunks' orders one after the other) and no folded message may span two chunks. ``None`` from ``feed``: the
+    connection is not one the pass models (the whole of it goes to the machine, as ``lifecycle`` would leave it)."""
+
+    def __init__(self, window: int, max_pending_returns: int = 10_000) -> None:
+        self.window, self.max_pending_returns = window, max_pending_returns
+        self.state = PassState()
+        self.chan_id: dict[int, int] = {}  # channel number -> dense id
+        self.chan_of: list[int] = []  # dense id -> channel number
+        self.dirchan_id: dict[int, int] = {}  # channel * 2 + direction -> dense id
+        self.cons_id: dict[tuple[int, str], int] = {}  # (dense channel, tag) -> consumer
+        self.cons_tags: list[str] = []  # consumer -> its tag
+        self.matcher: RequestMatcher | None = None
+        self.sink: Output | None = None
+        self.carried = 0  # rows at the head of the next chunk's table that this one carried
+        self.carry: dict[str, np.ndarray] = {}
+        self.carry_table: pa.Table | None = None
+        self.final = False
+        self.bad = False
+
+    def feed(self, rows: pa.Table, final: bool) -> Result | None:
+        """The connection's next chunk of rows (``final``: its last); its rows, or None (see the class)."""
+        if self.bad:
+            return None
+        table = rows if self.carry_table is None else pa.concat_tables([self.carry_table, rows], promote_options="default")
+        self.carry_table = None
+        self.final = final
+        result = lifecycle(table, self.window, max_pending_returns=self.max_pending_returns, chunk=self)
+        if not table.num_rows or not result.taken.all():
+            self.bad = True
+            return None
+        return result
+
+    def ids(self, channel: np.ndarray, direction: np.ndarray, consumer_rows: np.ndarray, tag_filled) -> tuple:
+        """``_dense_ids`` of a chunk, the same ids as every chunk before gave (Python per distinct value)."""
+        n = len(channel)
+        dchan = np.full(n, -1, np.int64)
+        on = channel != 0
+        values, inverse = np.unique(channel[on], return_inverse=True)
+        for v in values.tolist():
+            if v not in self.chan_id:
+                self.chan_id[v] = len(self.chan_of)
+                self.chan_of.append(v)
+        dchan[on] = np.array([self.chan_id[v] for v in values.tolist()], np.int64)[inverse.reshape(-1)]
+        keys, inverse = np.unique(channel * 2 + direction, return_inverse=True)
+        dirchan = np.array([self.dirchan_id.setdefault(k, len(self.dirchan_id)) for k in keys.tolist()],
+                           np.int64)[inverse.reshape(-1)] if n else np.zeros(0, np.int64)
+        cons = np.full(n, -1, np.int64)
+        tag_code, tag_values = _codes(tag_filled)
+        known = consumer_rows & (dchan >= 0) & (tag_code >= 0)
+        if known.any():
+            width = len(tag_values) + 1
+            pairs, inverse = np.unique(dchan[known] * width + tag_code[known], return_inverse=True)
+            ids = []
+            for d, t in zip((pairs // width).tolist(), (pairs % width).tolist()):
+                key = (d, tag_values[t])
+                if key not in self.cons_id:
+                    self.cons_id[key] = len(self.cons_tags)
+                    self.cons_tags.append(tag_values[t])
+                ids.append(self.cons_id[key])
+            cons[known] = np.array(ids, np.int64)[inverse.reshape(-1)]
+        return dchan, dirchan, cons
+
+    def carry_from(self, table: pa.Table, state, by, by_ts, dtag, auto, rec_queue, links, emitted, ended) -> None:
+        """What this chunk leaves the next (see the class): the rows still referred to, taken from ``table`` and
+        renumbered, with their per-row state; every row number the pass keeps renumbered with them."""
+        chan, cons = self.state.chan, self.state.cons
+        nxt, rnxt = links[0], links[1]
+        keep: list[int] = []
+        # the lists per channel: outstanding deliveries (u), unconfirmed publishes (c), pending consumes (q) and gets
+        # (g) through nxt, mandatory publishes a return may name (r) through rnxt
+        for head, link in ((chan[7], nxt), (chan[9], nxt), (chan[11], nxt), (chan[16], nxt), (chan[13], rnxt)):
+            for r in head[head >= 0].tolist():
+                while r >= 0:
+                    keep.append(r)
+                    r = int(link[r])
+        live = np.array(keep, np.int64)
+        refs = [live, cons[3][cons[3] >= 0], np.array([self.state.cs[1]], np.int64)]
+        if len(live):
+            refs += [by[live][(by[live] >= 0) & ~ended[live]], rec_queue[live][rec_queue[live] >= 0]]
+        rows = np.unique(np.concatenate(refs))
+        rows = rows[rows >= 0]
+        renumber = np.full(len(state) + 1, -1, np.int64)  # -1 stays -1 (the last place)
+        renumber[rows] = np.arange(len(rows))
+
+        def moved(values: np.ndarray) -> np.ndarray:
+            return renumber[np.where(values >= 0, values, -1)]
+
+        for i in (7, 8, 9, 10, 11, 12, 13, 14, 16, 17):  # heads and tails are rows
+            chan[i][:] = moved(chan[i])
+        cons[3][:] = moved(cons[3])
+        self.state.cs[1] = moved(self.state.cs[1:2])[0]
+        self.carry = {"state": state[rows], "by": moved(by[rows]), "by_ts": by_ts[rows], "dtag": dtag[rows],
+                      "auto": auto[rows], "rec_queue": moved(rec_queue[rows]), "emitted": emitted[rows],
+                      "links": np.stack([moved(nxt[rows]), moved(rnxt[rows]), links[2][rows]])}
+        self.carried = len(rows)
+        self.carry_table = table.take(pa.array(rows)) if not isinstance(table, Kept) else table.table(None).take(pa.array(rows))
 
 
 def _at(table: "pa.Table | Kept", name: str, rows: np.ndarray) -> pa.Array:
@@ -435,8 +628,9 @@ _REQUEST_FIELDS = ("connection_id", "capture_id", "dialect", "direction", "chann
                    "class_id", "method_id", "arguments_json", "reply_code")
 
 
-def _requests(table, order, bounds, conns, action, closed_here, fids, ts) -> list[tuple]:
-    """The request matcher over the rare methods of each connection, in the runner's order (Python per rare frame)."""
+def _requests(table, order, bounds, conns, action, closed_here, fids, ts, chunk=None) -> list[tuple]:
+    """The request matcher over the rare methods of each connection, in the runner's order (Python per rare frame).
+    ``chunk``: one connection's rows a chunk at a time, its matcher kept from one chunk to the next."""
     is_method = pc.fill_null(pc.equal(table.column("frame_type"), "method"), False).to_numpy(zero_copy_only=False)
     rare = is_method & ~np.isin(action, [A_PUBLISH, A_DELIVER, A_SETTLE, A_CONFIRM])
     picked = [order[bounds[c]:bounds[c + 1]] for c in conns]
@@ -457,8 +651,14 @@ def _requests(table, order, bounds, conns, action, closed_here, fids, ts) -> lis
     start = 0
     for k, end in enumerate(ends):
         capture = captures[k]
-        sink = Output()
-        matcher = RequestMatcher(cids[k], dialects[k], sink)
+        if chunk is None:
+            sink = Output()
+            matcher = RequestMatcher(cids[k], dialects[k], sink)
+        else:
+            if chunk.matcher is None:
+                chunk.sink = Output()
+                chunk.matcher = RequestMatcher(cids[k], dialects[k], chunk.sink)
+            matcher, sink = chunk.matcher, chunk.sink
         for j in range(start, end):
             f = records[j]
             i = rows_kept[j]
@@ -468,8 +668,10 @@ def _requests(table, order, bounds, conns, action, closed_here, fids, ts) -> lis
                 matcher.finish("abandoned")
             if closed_here[i]:
                 matcher.channel_closed(n)
-        matcher.finish()
+        if chunk is None or chunk.final:
+            matcher.finish()
         out += [(capture, r) for r in sink.request_responses]
+        sink.request_responses.clear()
         start = end
     return out
 

@@ -143,13 +143,21 @@ def _emit(events, k, row, entity, consumer, event, prefetch, in_flight, chan):
 
 @njit(cache=True, nogil=True)
 def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, requeue_or_kind, seq, dirchan, ts,
-          prefetch_arg, global_qos, no_ack, mandatory, max_pending_returns, n_chan, n_cons, n_dirchan,
+          prefetch_arg, global_qos, no_ack, mandatory, max_pending_returns,
           p_tab, p_eff, p_flag, p_n, d_tab, d_eff, d_flag, d_n, e_tab, e_eff, e_flag,
           ev_p, ev_d, ev_e, eff_settle, eff_fire, eff_revert, eff_open, eff_close,
-          bad, state, by, by_ts, dtag, closed_here, auto, rec_queue):
+          bad, state, by, by_ts, dtag, closed_here, auto, rec_queue,
+          chan_st, cons_st, last_seq, chans, nxt, rnxt, rec_cons, cs, final):
     """Every connection ``bounds[c]``..``bounds[c+1]`` of ``order`` (its rows in the runner's order). ``ev_p``/``ev_d``:
     indexes of the machine events used, ``ev_e``: endpoint events (open, open_reply, close_reply, closed state,
-    unseen state). Returns the flow rows (row, entity, consumer, event, prefetch, in_flight, at_limit, channel)."""
+    unseen state). Returns the flow rows (row, entity, consumer, event, prefetch, in_flight, at_limit, channel).
+
+    The state is the caller's (``array091.PassState``), so that a connection can be passed a chunk of rows at a time
+    (``array091.ConnectionPass``): ``chan_st`` the per-channel arrays, ``cons_st`` the per-consumer ones (int64, see
+    the unpacking below), ``last_seq`` per channel direction, ``chans`` the channels in the order the connection
+    opened them, ``nxt``/``rnxt``/``rec_cons`` per row (-1 to start), ``cs`` (channels seen, the connection.close row,
+    connection closed) the first connection's to start and the last one's at the end. ``final`` False: the
+    connection goes on in a later call (no capture end: its channels stay open, its records outstanding)."""
     P_CONFIRM, P_PLAIN, P_ACK, P_NACK, P_CH_CLOSE, P_CONN_CLOSE, P_END = ev_p[0], ev_p[1], ev_p[2], ev_p[3], ev_p[4], ev_p[5], ev_p[6]
     P_MANDATORY = ev_p[7]
     D_MANUAL, D_CH_CLOSE, D_CONN_CLOSE, D_END, D_AUTO = ev_d[0], ev_d[1], ev_d[2], ev_d[3], ev_d[4]
@@ -160,43 +168,19 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
     # connection: 2,992,929 rows for 1,496,483 rows in, where one row a row in to start with doubled once)
     events = np.empty((2 * n + 16, 8), np.int32)
     k = 0
-    ep_state = np.full(n_chan, S_UNSEEN, np.int64)
-    confirm = np.zeros(n_chan, np.bool_)
-    next_seq = np.ones(n_chan, np.int64)
-    prefetch = np.zeros(n_chan, np.int64)
-    cprefetch = np.zeros(n_chan, np.int64)
-    in_flight = np.zeros(n_chan, np.int64)
-    gone = np.zeros(n_chan, np.bool_)
-    u_head = np.full(n_chan, -1, np.int64)
-    u_tail = np.full(n_chan, -1, np.int64)
-    c_head = np.full(n_chan, -1, np.int64)
-    c_tail = np.full(n_chan, -1, np.int64)
-    q_head = np.full(n_chan, -1, np.int64)
-    q_tail = np.full(n_chan, -1, np.int64)
-    r_head = np.full(n_chan, -1, np.int64)  # mandatory publishes a return may name, oldest first (rnxt)
-    r_tail = np.full(n_chan, -1, np.int64)
-    r_len = np.zeros(n_chan, np.int64)
-    rnxt = np.full(n, -1, np.int64)
-    g_head = np.full(n_chan, -1, np.int64)  # pending basic.get, oldest first
-    g_tail = np.full(n_chan, -1, np.int64)
-    nxt = np.full(n, -1, np.int64)
-    registered = np.zeros(n_cons, np.bool_)
-    cancelled = np.zeros(n_cons, np.bool_)  # a consumer started again after its cancel: another record, not modelled
-    c_noack = np.zeros(n_cons, np.bool_)
-    c_queue = np.full(n_cons, -1, np.int64)  # the consume whose queue the consumer has (-1: none)
-    rec_cons = np.full(n, -1, np.int64)  # per delivery: its consumer (-1: a get-ok)
-    c_prefetch = np.zeros(n_cons, np.int64)
-    c_in_flight = np.zeros(n_cons, np.int64)
-    last_seq = np.full(n_dirchan, -1, np.int64)
-    chans = np.empty(n_chan, np.int64)
+    (ep_state, confirm, next_seq, prefetch, cprefetch, in_flight, gone, u_head, u_tail, c_head, c_tail, q_head, q_tail,
+     r_head, r_tail, r_len, g_head, g_tail) = chan_st
+    registered, cancelled, c_noack, c_queue, c_prefetch, c_in_flight = cons_st
     touched = np.empty(n + 1, np.int64)  # consumers of the records one settlement or close ends (with repeats)
     for c in range(len(bounds) - 1):
-        n_seen = 0
-        closing = -1
-        conn_closed = False
+        n_seen = cs[0] if c == 0 else 0
+        closing = cs[1] if c == 0 else -1
+        conn_closed = cs[2] != 0 if c == 0 else False
         failed = False
         for j in range(bounds[c], bounds[c + 1] + 2):
             last = j >= bounds[c + 1]
+            if last and not final:
+                break
             if not last:
                 i = order[j]
                 a = action[i]
@@ -430,4 +414,5 @@ def lifecycle_pass(bounds, order, action, ep_event, dchan, cons, tag, multiple, 
                 break
         if failed:
             bad[c] = True
+        cs[0], cs[1], cs[2] = n_seen, closing, 1 if conn_closed else 0
     return events[:k].copy() if k * 5 < events.shape[0] * 4 else events[:k]

@@ -148,6 +148,9 @@ JOB_PATHS = {
     "direct, machines": {"lifecycle__compiled": "off", "lifecycle__direct_task_frames": "500"},
     # the Spark path with the machines alone: the job as it was before either
     "spark, machines": {"lifecycle__direct": "off", "lifecycle__compiled": "off"},
+    # direct tasks, a connection of more than 40 frames a chunk of about 40 at a time (alone in its task: about 60
+    # frames a task)
+    "direct, chunked": {"lifecycle__chunk_frames": "40", "lifecycle__direct_task_frames": "60"},
 }
 
 
@@ -168,6 +171,9 @@ def test_every_path_of_the_lifecycle_job_gives_the_same_rows(spark, conf, two_pa
         assert len(planned) == len(set(planned)) and set(planned) == framed
     if "streamed" in path:
         assert plan is None  # a connection of more than 50 frames: the Spark path
+    if "chunked" in path:  # tasks of one connection of more frames than a chunk: those go in chunks
+        alone = [p for p in map(json.loads, plan) if len(p["connections"]) == 1 and p["frames"] > 40]
+        assert len(alone) >= 5, plan
     assert sorted(lifecycle.run(spark, c, run_id="path")) == sorted(done)
     for name in LIFECYCLE:
         assert rows(copy, name) == rows(lake, name), (path, name)

@@ -253,15 +253,20 @@ def _mutate(rows: list[dict], rng: random.Random) -> list[dict]:
     return rows
 
 
+def mutated_samples(rng: random.Random, count: int = 4):
+    """(path, its frames mutated) of ``count`` capture fixtures (not the fuzz corpus) ``rng`` picks."""
+    paths = [p for p in CAPTURES if "fuzz" not in p.parts]
+    for path in rng.sample(paths, count):
+        rows = frames_of(path)
+        if rows:
+            yield path, _mutate(rows, rng)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_folding_changes_no_row_of_mutated_frames(seed):
     rng = random.Random(seed)
-    paths = [p for p in CAPTURES if "fuzz" not in p.parts]
-    for path in rng.sample(paths, 4):
-        rows = frames_of(path)
-        if not rows:
-            continue
-        table = _table(_mutate(rows, rng))
+    for path, mutated in mutated_samples(rng):
+        table = _table(mutated)
         batch_rows = rng.choice((7, 100, 8192))
         reference = _rows(table, False, arrays=False)
         assert _rows(table, True, batch_rows) == reference, path
