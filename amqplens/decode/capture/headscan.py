@@ -131,8 +131,8 @@ def _params(buf, size: int):
 # (``splits._Releaser``), so a task's resident share of the file stays about a window wide whatever its size.
 WINDOW = 64 << 20
 # A task's packets are read in groups of flows of at most this many packets (a flow larger than that is a group
-# alone), one scan of the file per group: the per-packet columns a task holds stay bounded by it (67 bytes a packet,
-# about 270 MB). Each scan parses every record of the file (about 1.2 s for 2 GB here): at 1M packets a group, each
+# alone), one scan of the file per group: the per-packet columns a task holds stay bounded by it (47 bytes a packet,
+# about 190 MB, and the group's order). Each scan parses every record of the file (about 1.2 s for 2 GB here): at 1M packets a group, each
 # task of the 2 GB load capture scanned the file 4 and 5 times, 11.5% of its time.
 GROUP_PACKETS = 4 << 20
 # The payloads are gathered this many packets at a time, the mapped pages dropped after each (``_drop_pages``, 9 us
@@ -141,7 +141,9 @@ GROUP_PACKETS = 4 << 20
 # random ones 245 MiB a batch, 1,024 at a time 34 MiB. Dropped once a batch of 8,192, a worker of that capture held
 # 680 MiB of file-backed pages (its libraries' 170 included) while it gathered its long connections' packets.
 GATHER_PACKETS = 1024
-_COLUMNS = (np.int64, np.int64, np.int32, np.int64, np.int64, np.int16, np.int32, np.int64, np.int64, np.int64, np.bool_)
+# record offset, time, dflow, seq, ack, flags, window, wire length, payload start and end, truncated: seq, ack and
+# the wire length are 32-bit fields of the file (47 bytes a packet against 67 as int64)
+_COLUMNS = (np.int64, np.int64, np.int32, np.uint32, np.uint32, np.int16, np.int32, np.uint32, np.int64, np.int64, np.bool_)
 
 
 def _walk(kernel, buf, size: int, select: np.ndarray, n_out: int):
@@ -287,8 +289,9 @@ def _groups(dflows: dict[int, list]) -> list[list[int]]:
 
 def _batches(kernel, buf, size: int, capture_id: str, columns, fkey, per_dflow, batch_rows: int) -> Iterator[pa.RecordBatch]:
     off, ts, flow, seq, ack, flags, win, wire, ps, pe, trunc = columns
-    keys = fkey[flow]
-    order = np.lexsort((off, ts, keys))
+    order = np.lexsort((off, ts, fkey[flow]))
+    if len(order) < 2**31:  # the group's order held through its batches: half as int32
+        order = order.astype(np.int32)
     arr = np.frombuffer(buf, np.uint8, size)
     try:
         for lo in range(0, len(order), batch_rows):
@@ -307,7 +310,7 @@ def _batches(kernel, buf, size: int, capture_id: str, columns, fkey, per_dflow, 
             findex = pa.array(f)
             given = {
                 "capture_id": repeated(capture_id, len(idx)),
-                "record_offset": off[idx], "ts_us": ts[idx], "flow_key": keys[idx], "seq": seq[idx], "ack": ack[idx],
+                "record_offset": off[idx], "ts_us": ts[idx], "flow_key": fkey[f], "seq": seq[idx], "ack": ack[idx],
                 "tcp_flags": flags[idx], "window": win[idx], "wire_len": wire[idx], "payload": payload,
                 "payload_truncated": trunc[idx],
             }
