@@ -347,7 +347,7 @@ class LifecycleSettings(_Section):
         "about 400 bytes a frame at the peak), but a task given one connection of more than `chunk_frames` frames "
         "holds a chunk of it at a time")
     chunk_frames: Annotated[int, *Int(0)] = setting(
-        262_144, "a direct `lifecycle` task does a 0-9-1 connection of more frames than this a chunk of about this many "
+        131_072, "a direct `lifecycle` task does a 0-9-1 connection of more frames than this a chunk of about this many "
         "frames at a time (read, sorted, folded and passed from arrays, the pass's state carried from one chunk to "
         "the next), so that it holds a chunk, not the connection; a connection the array pass does not model is "
         "then done whole, as below. 0: every connection whole. Same rows either way")

@@ -45,7 +45,7 @@ from amqplens.decode.capture import headscan, plan_splits, sniff_format, sniff_h
 from amqplens.logs import SNIFF_BYTES as LOG_SNIFF_BYTES
 from amqplens.logs import sniff as log_sniff
 from amqplens.decode.codecs import DecodeOptions
-from amqplens.decode.common.arrow import frame_ids, repeated
+from amqplens.decode.common.arrow import frame_ids, release_memory, repeated
 from amqplens.decode.common.reports import MetaReport
 from amqplens.decode.pipeline import RowKind
 from amqplens.decode.tls import KeyLog
@@ -330,6 +330,7 @@ def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, Stage
         files += [f for _, f in life.close()]
         for cid, why in fused.failed.items():
             yield pipeline.out_batch(schema, LIFECYCLE_FAILED, cid, 1, meta=pa.array([why], pa.string()))
+    release_memory()
     for f in files:
         yield pipeline.out_batch(schema, STAGED_FILE, f.unit, 1, meta=pa.array([f.to_meta()], pa.string()))
     for cid, c in counts.items():

@@ -241,7 +241,7 @@ def direct_task(plans, root: str, read: list[str], fields: list[pa.Field], fn, s
 
     import pyarrow.compute as pc
 
-    from amqplens.decode.common.arrow import use_task_memory_pool
+    from amqplens.decode.common.arrow import release_memory, use_task_memory_pool
     from amqplens.lifecycle.fold import Handed, lean
 
     use_task_memory_pool()  # before the reads, whose dropped rows the pool hands back
@@ -258,10 +258,13 @@ def direct_task(plans, root: str, read: list[str], fields: list[pa.Field], fn, s
             if chunk_frames and lean_read and single is not None and plan.get("frames", 0) > chunk_frames:
                 files = chunked_connection(data, columns, wanted, single, fields, staged, chunk_frames)
                 if files is not None:
+                    release_memory()
                     yield from _staged_rows(files)
                     continue
             frames = Handed(read_sorted(data, columns, wanted, single, lean if lean_read else None))
             yield from stage_lifecycle(None, lambda _, frames=frames: fn(frames, fields), staged)
+            del frames
+            release_memory()
 
 
 CHUNKED_TASK = 1 << 20  # a chunked connection's files are named by its task number plus this (dropped if it falls back)
