@@ -254,13 +254,13 @@ def direct_task(plans, root: str, read: list[str], fields: list[pa.Field], fn, s
             # not read: the frame ids (made for the rows written: fold.frame_ids_at) and a task's one connection id
             single = plan["connections"][0] if len(plan["connections"]) == 1 else None
             columns = [c for c in read if c != "frame_id" and (single is None or c != "connection_id")]
-            # handed on: the lifecycle lets the frames go as it copies the rows it keeps (fold.Handed)
             if chunk_frames and lean_read and single is not None and plan.get("frames", 0) > chunk_frames:
                 files = chunked_connection(data, columns, wanted, single, fields, staged, chunk_frames)
                 if files is not None:
                     release_memory()
                     yield from _staged_rows(files)
                     continue
+            # handed on: the lifecycle lets the frames go as it copies the rows it keeps (fold.Handed)
             frames = Handed(read_sorted(data, columns, wanted, single, lean if lean_read else None))
             yield from stage_lifecycle(None, lambda _, frames=frames: fn(frames, fields), staged)
             del frames
@@ -335,18 +335,16 @@ def _connection_chunks(data, columns: list[str], where, single: str, fields: lis
 
     from amqplens.decode.detect import FAMILY_0_9_1
     from amqplens.lifecycle.fold import column_in, lean, plain
-    from amqplens.lifecycle.fused import sort_options
 
     held: list[pa.Table] = []  # rows read, not yet in a chunk
     held_rows = 0
     floor = None  # the time every row read from now on must reach: the last chunk's cut
     last_offset = [-1, -1]  # per direction (to_server, to_client): the last chunk's highest stream offset
     dialect = None
-    first = True
 
     def chunk_of(rows: pa.Table, upto: int | None):
         """The sorted rows up to a cut (None: all), as the next chunk; the rest stays held."""
-        nonlocal dialect, first
+        nonlocal dialect
         part = rows if upto is None else rows.slice(0, upto)
         names = pc.unique(plain(part.column("dialect"))).to_pylist()
         if len(names) != 1 or names[0] not in FAMILY_0_9_1 or dialect not in (None, names[0]):
@@ -360,7 +358,6 @@ def _connection_chunks(data, columns: list[str], where, single: str, fields: lis
                 if mine.min() <= last_offset[d]:
                     raise _Unchunked("offsets do not rise")
                 last_offset[d] = int(mine.max())
-        first = False
         return part
 
     for table in _row_group_tables(data, columns, where):
@@ -382,9 +379,8 @@ def _connection_chunks(data, columns: list[str], where, single: str, fields: lis
         held_rows += n
         if held_rows < chunk_frames:
             continue
-        rows = pa.concat_tables(held)
+        rows = _sorted(pa.concat_tables(held))
         held = []
-        rows = rows.take(pc.sort_indices(_sort_keys(rows), options=sort_options()))
         cut = _cut(rows, int(ts[-1]))  # no row still to read is earlier than the last one read
         if cut is None:
             if held_rows >= 4 * chunk_frames:
@@ -397,16 +393,19 @@ def _connection_chunks(data, columns: list[str], where, single: str, fields: lis
         held_rows = held[0].num_rows
         yield chunk_of(rows, cut), False
         del rows
-    rows = pa.concat_tables(held) if held else None
-    if rows is None or not rows.num_rows:
-        if first:
-            raise _Unchunked("no rows")
-        rows = None
-    if rows is not None:
-        rows = rows.take(pc.sort_indices(_sort_keys(rows), options=sort_options()))
-        yield chunk_of(rows, None), True
-    else:  # the last chunk ended the rows: an empty final chunk would have nothing to close on
-        raise _Unchunked("the rows ended at a cut")
+    # the rows after the last cut (never none after one: a cut leaves a row at least) are the last chunk
+    if not held_rows:
+        raise _Unchunked("no rows")
+    yield chunk_of(_sorted(pa.concat_tables(held)), None), True
+
+
+def _sorted(rows: pa.Table) -> pa.Table:
+    """A connection's rows in the lifecycle's order (``read_sorted``'s)."""
+    import pyarrow.compute as pc
+
+    from amqplens.lifecycle.fused import sort_options
+
+    return rows.take(pc.sort_indices(_sort_keys(rows), options=sort_options()))
 
 
 def _row_group_tables(data, columns: list[str], where):

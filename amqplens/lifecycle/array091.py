@@ -500,7 +500,7 @@ class ConnectionPass:
                       "auto": auto[rows], "rec_queue": moved(rec_queue[rows]), "emitted": emitted[rows],
                       "links": np.stack([moved(nxt[rows]), moved(rnxt[rows]), links[2][rows]])}
         self.carried = len(rows)
-        self.carry_table = table.take(pa.array(rows)) if not isinstance(table, Kept) else table.table(None).take(pa.array(rows))
+        self.carry_table = table.take(pa.array(rows))
 
 
 def _at(table: "pa.Table | Kept", name: str, rows: np.ndarray) -> pa.Array:

@@ -132,8 +132,8 @@ def _params(buf, size: int):
 WINDOW = 64 << 20
 # A task's packets are read in groups of flows of at most this many packets (a flow larger than that is a group
 # alone), one scan of the file per group: the per-packet columns a task holds stay bounded by it (47 bytes a packet,
-# about 190 MB, and the group's order). Each scan parses every record of the file (about 1.2 s for 2 GB here): at 1M packets a group, each
-# task of the 2 GB load capture scanned the file 4 and 5 times, 11.5% of its time.
+# about 190 MB, and the group's order). Each scan parses every record of the file (about 1.2 s for 2 GB here): at 1M
+# packets a group, each task of the 2 GB load capture scanned the file 4 and 5 times, 11.5% of its time.
 GROUP_PACKETS = 4 << 20
 # The payloads are gathered this many packets at a time, the mapped pages dropped after each (``_drop_pages``, 9 us
 # when little is mapped). A fault maps the pages around the one it needs (and a large folio whole), and a long
