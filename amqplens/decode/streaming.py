@@ -7,6 +7,7 @@ and call their owner back, and the owner turns those into rows. What is the
 same logic in every codec lives here:
 
 - ``ErrorRegion``: a run of stream bytes that is not a frame;
+- ``Marks``: a direction's time marks, the segments' (offset, time), as arrays;
 - ``FramerCore``: a direction's offsets, time marks, byte counters and error
   regions, and ``abandon`` (after a decoder failure, the rest of the direction
   is kept raw);
@@ -27,11 +28,12 @@ direction: frame bytes + error bytes = bytes fed (gaps are counted apart).
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import re
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar, cast
+
+import numpy as np
 
 from amqplens.decode.errors import FrameError
 from amqplens.decode.detect import AMQP, HEADER_SIZE, could_be_header
@@ -83,6 +85,79 @@ class ErrorRegion:
             self.raw += chunk[:room]
 
 
+class Marks:
+    """The (stream offset, ts_us) of each segment fed to a direction since the ones a frame no longer needs, oldest
+    first: a frame's time is its first byte's segment's, the last mark at or before its offset (``time_at``).
+
+    Two int64 arrays and a head, not a deque of tuples: a compiled run's marks go in as its arrays (``extend``) and
+    the hot paths read them as arrays (``live``, ``spend``), Python per run, not per packet (the deque's tuples
+    made and taken apart were 4.7% of the 2 GB load capture's ingest tasks)."""
+
+    __slots__ = ("at", "ts", "head", "end")
+
+    def __init__(self) -> None:
+        self.at = np.zeros(16, np.int64)
+        self.ts = np.zeros(16, np.int64)
+        self.head = self.end = 0
+
+    def __len__(self) -> int:
+        return self.end - self.head
+
+    def _room(self, k: int) -> None:
+        if self.end + k <= len(self.at):
+            return
+        live = self.end - self.head
+        if live + k > len(self.at) // 2:  # more than half full once moved down: twice as large
+            cap = max(2 * len(self.at), 2 * (live + k))
+            at, ts = np.zeros(cap, np.int64), np.zeros(cap, np.int64)
+        else:
+            at, ts = self.at, self.ts
+        at[:live], ts[:live] = self.at[self.head:self.end].copy(), self.ts[self.head:self.end].copy()
+        self.at, self.ts, self.head, self.end = at, ts, 0, live
+
+    def add(self, offset: int, ts_us: int) -> None:
+        self._room(1)
+        self.at[self.end], self.ts[self.end] = offset, ts_us
+        self.end += 1
+
+    def extend(self, at: np.ndarray, ts: np.ndarray) -> None:
+        k = len(at)
+        self._room(k)
+        self.at[self.end:self.end + k], self.ts[self.end:self.end + k] = at, ts
+        self.end += k
+
+    def clear(self) -> None:
+        self.head = self.end = 0
+
+    def time_at(self, offset: int) -> int:
+        """The time of the last mark at or before ``offset`` (the first mark's if none is; 0 without marks), the marks
+        before that one dropped: a frame's time, its offset never below an earlier frame's."""
+        h, e, at = self.head, self.end, self.at
+        steps = 0
+        while e - h > 1 and at[h + 1] <= offset:
+            h += 1
+            steps += 1
+            if steps == 8:  # many marks spent at once (a large frame over many segments): the rest at once
+                self.head = h
+                self.spend(offset)
+                h = self.head
+                break
+        self.head = h
+        return int(self.ts[h]) if e > h else 0
+
+    def spend(self, offset: int) -> None:
+        """``time_at``'s dropping without its time: the head moves to the last mark at or before ``offset`` (it stops
+        at the first later one, as the one-at-a-time loop does, whatever the marks after it)."""
+        h, e = self.head, self.end
+        if e - h > 1:
+            later = np.flatnonzero(self.at[h + 1:e] > offset)
+            self.head = h + int(later[0]) if len(later) else e - 1
+
+    def live(self) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of the marks' offsets and times, oldest first."""
+        return self.at[self.head:self.end].copy(), self.ts[self.head:self.end].copy()
+
+
 class FramerCore:
     """One direction's offsets, time marks, byte counters and error regions; ``owner.on_error`` gets the regions."""
 
@@ -98,7 +173,7 @@ class FramerCore:
         self.expected = 0  # stream offset of the next byte we expect
         self.started = False
         self.region: ErrorRegion | None = None
-        self.marks: collections.deque = collections.deque()  # (stream offset, ts_us) per feed
+        self.marks = Marks()  # (stream offset, ts_us) per segment fed
         self.fed = self.frame_bytes = self.error_bytes = self.gap_bytes = 0
 
     def abandon(self) -> None:
@@ -116,10 +191,7 @@ class FramerCore:
         return bytes(self.pending[start : start + size])
 
     def _ts(self, stream_offset: int) -> int:
-        marks = self.marks
-        while len(marks) > 1 and marks[1][0] <= stream_offset:
-            marks.popleft()
-        return marks[0][1] if marks else 0
+        return self.marks.time_at(stream_offset)
 
     def _open_region(self, pos: int, reason: str, detail: str) -> None:
         self._flush_region()
@@ -181,14 +253,18 @@ class DirectionFramerBase(FramerCore):
             if offset != 0:
                 self.mode = RESYNC
                 self.resync_reason = ("resync_skipped", "bytes before the first plausible frame of a capture that starts mid-stream")
-        self.feed_run(offset, bytes(data), ((offset, ts_us),))
+        self.marks.add(offset, ts_us)
+        self._take(offset, bytes(data))
 
-    def feed_run(self, offset: int, data: bytes, marks) -> None:
-        """Contiguous segments at once: their bytes, from ``offset`` (= ``expected``, once started), and a time mark
-        ``(offset, ts_us)`` per segment; the frames are the ones ``feed`` per segment gives."""
+    def feed_run(self, offset: int, data: bytes, mark_at: np.ndarray, mark_ts: np.ndarray) -> None:
+        """Contiguous segments at once: their bytes, from ``offset`` (= ``expected``, once started), and each
+        segment's offset and time (``Marks``); the frames are the ones ``feed`` per segment gives."""
+        self.marks.extend(mark_at, mark_ts)
+        self._take(offset, data)
+
+    def _take(self, offset: int, data: bytes) -> None:
         self.fed += len(data)
         self.expected = offset + len(data)
-        self.marks.extend(marks)
         self.chunks.append(data)
         self.chunks_len += len(data)
         if len(self.pending) + self.chunks_len >= self.need:
@@ -207,7 +283,7 @@ class DirectionFramerBase(FramerCore):
         self.skip_to = frame_end if frame_end is not None and frame_end > self.expected else None
         self.base = self.expected
         self.marks.clear()
-        self.marks.append((self.expected, ts_us))
+        self.marks.add(self.expected, ts_us)
 
     def close(self) -> None:
         self._run(final=True, final_reason=("truncated_at_close", "a partial frame at the end of the stream"))

@@ -41,7 +41,7 @@ class DraftFramer(FramerCore):
                 self.mode, self.reason = RESYNC, ("resync_skipped", "bytes before the first plausible frame (mid-stream start)")
         self.fed += len(data)
         self.expected = offset + len(data)
-        self.marks.append((offset, ts_us))
+        self.marks.add(offset, ts_us)
         self.pending += data
         self._run(False)
 
@@ -56,7 +56,7 @@ class DraftFramer(FramerCore):
         if self.mode != OPAQUE:
             self.mode, self.reason = RESYNC, ("resync_skipped", "bytes skipped after missing bytes, up to the next plausible frame")
         self.marks.clear()
-        self.marks.append((self.expected, ts_us))
+        self.marks.add(self.expected, ts_us)
 
     def close(self) -> None:
         self._run(True, ("truncated_at_close", "a partial frame at the end of the stream"))

@@ -170,7 +170,7 @@ def _ahead(dec, held: Held, cols: _Columns, stop_at, interleave) -> int:
             last = idx[-1]
             data = cols.bufs[d][:int(cols.starts[last] + cols.lengths[last])]
             try:
-                framer.feed_run(int(cols.offsets[idx[0]]), data, list(zip(cols.offsets[idx].tolist(), cols.times[idx].tolist())))
+                framer.feed_run(int(cols.offsets[idx[0]]), data, cols.offsets[idx], cols.times[idx])
             except Exception as exc:  # a decoder bug must not fail the task: keep the bytes as an error
                 dec._internal_error(framer, exc, int(cols.times[last]))
         cuts.append((len(dec._frames), len(dec._frame_errors)))

@@ -121,11 +121,8 @@ class DirectionFramer(DirectionFramerBase):
                 cast(ErrorRegion, self.region).add(mv[pos:end])  # just opened
                 self._flush_region()
                 return end
-            # _emit, with _ts inlined
             off = base + pos
-            while len(marks) > 1 and marks[1][0] <= off:
-                marks.popleft()
-            on_frame(self, off, marks[0][1] if marks else 0, kind, channel, mv[pos + 7 : end - 1], end - pos)
+            on_frame(self, off, marks.time_at(off), kind, channel, mv[pos + 7 : end - 1], end - pos)
             self.frame_bytes += end - pos
             pos = end
             if one or pos >= n or self.stalled or self.mode != SYNCED:

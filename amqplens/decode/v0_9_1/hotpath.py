@@ -638,8 +638,7 @@ def _replay(owner, framer, arr: np.ndarray, mv: memoryview, hot: HotTables, buil
     direction = framer.direction
     content = owner._content[direction]
     marks, base = framer.marks, framer.base
-    mark_at = np.array([m[0] for m in marks], np.int64)
-    mark_ts = np.array([m[1] for m in marks], np.int64)
+    mark_at, mark_ts = marks.live()
     rec_ts = np.empty(len(rec), np.int64)
     total = len(rec)
     i = 0
@@ -668,8 +667,7 @@ def _replay(owner, framer, arr: np.ndarray, mv: memoryview, hot: HotTables, buil
             i = j + 1
     finally:
         last = base + int(rec[min(i, total - 1), k.R_POS])
-        while len(marks) > 1 and marks[1][0] <= last:  # the marks before the last frame's, dropped as _ts drops them
-            marks.popleft()
+        marks.spend(last)  # the marks before the last frame's, dropped as _ts drops them
 
 
 def _content_errors(owner, framer, builder: HotBuilder, rec: np.ndarray, rec_ts: np.ndarray, i: int, j: int, error_of) -> None:

@@ -128,9 +128,7 @@ def run(dec, framer, buf: bytes, mv: memoryview, pos: int, n: int) -> int:
     # a transfer on a link with a message open is that message's continuation, the tracker's (MessageTracker): the
     # first on each link open now, and after each transfer the reference decodes, the next on a link it left open
     _continued(tracker, links, code, hot, cold, 0)
-    marks = framer.marks  # (stream offset, time) of the segments fed: a frame's time is its first byte's segment's
-    mark_at = np.fromiter((m[0] for m in marks), np.int64, len(marks))
-    mark_ts = np.fromiter((m[1] for m in marks), np.int64, len(marks))
+    mark_at, mark_ts = framer.marks.live()  # a frame's time is its first byte's segment's (``streaming.Marks``)
     run_ = _Run(dec, framer, arr, rec, (rendered, *text), size, digest, links, mark_at, mark_ts)
     done = k = 0
     while k < len(cold):
@@ -179,7 +177,7 @@ class _Run:
         offsets = framer.base + rec[:, hk.R_POS]
         if len(self.mark_at):
             ts = self.mark_ts[np.maximum(np.searchsorted(self.mark_at, offsets, "right") - 1, 0)]
-            framer._ts(int(offsets[-1]))  # the marks before the run's last frame are spent, as the framing loop spends them
+            framer.marks.spend(int(offsets[-1]))  # the marks before the run's last frame, spent as the framing loop spends them
         else:
             ts = np.zeros(len(rec), np.int64)
         facts = dec._facts.facts
