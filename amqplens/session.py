@@ -123,6 +123,10 @@ def driver_java_options(conf: Config) -> str:
 WORKER_ARROW_POOL = "jemalloc"
 
 
+# The embedded session's Python daemon: pyspark's, with the tasks' modules imported before it forks a worker.
+DAEMON_MODULE = "amqplens.spark_daemon"
+
+
 def worker_arrow_pool() -> str | None:
     """The ``ARROW_DEFAULT_MEMORY_POOL`` the embedded session gives its Python workers: the operator's own if this
     process has one, else ``WORKER_ARROW_POOL`` where this pyarrow has it, else None (Arrow's default)."""
@@ -158,6 +162,8 @@ def get_spark(conf: Config):
         .config("spark.driver.extraJavaOptions", driver_java_options(conf))
         .config("spark.python.worker.reuse", "true")
     )
+    if str(s["master"]).startswith("local"):  # workers forked with the tasks' modules imported (spark_daemon)
+        builder = builder.config("spark.python.daemon.module", DAEMON_MODULE)
     pool = worker_arrow_pool()
     if pool is not None:  # spark.extra may still set it
         builder = builder.config("spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL", pool)

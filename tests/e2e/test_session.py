@@ -90,3 +90,26 @@ def test_the_python_workers_arrow_buffers_come_from_jemalloc(spark):
 
     rows = spark.range(1).mapInArrow(report, "env string, grew boolean").collect()
     assert [(r.env, r.grew) for r in rows] == [(wanted, True)]
+
+
+def test_the_python_workers_are_forked_by_our_daemon_with_the_tasks_modules_imported(spark):
+    """The embedded session names ``amqplens.spark_daemon`` as Spark's Python daemon: a worker's parent runs that
+    module, and a function that imports nothing of amqplens finds the decoder and the lifecycle already loaded (a
+    worker of pyspark's own daemon has none of them until a task's function brings them in)."""
+
+    def report(batches):
+        import os
+        import sys
+
+        import pyarrow as pa
+
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            parent = f.read().replace(b"\0", b" ").decode()
+        loaded = all(m in sys.modules for m in ("amqplens.jobs.ingest_captures", "amqplens.jobs.lifecycle", "numba"))
+        for _ in batches:
+            yield pa.record_batch([pa.array([parent]), pa.array([loaded])], names=["parent", "loaded"])
+
+    rows = spark.range(1).mapInArrow(report, "parent string, loaded boolean").collect()
+    assert len(rows) == 1
+    assert "-m amqplens.spark_daemon" in rows[0].parent
+    assert rows[0].loaded
