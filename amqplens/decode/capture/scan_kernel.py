@@ -255,8 +255,8 @@ def walk(b, size, limit, fmt, little, nanos, pcap_linktype, max_caplen, ts_lo, t
     clock window ``ts_lo``..``ts_hi`` (seconds) of ``PcapFile``. pcapng: ``little`` of the
     first section. ``select``: a 0/1 per dflow (empty: plan mode); the ``o_*`` columns, as long
     as the selected dflows have packets (the plan counted them), get the selected packets in file
-    order: record offset, ts, dflow, seq, ack, flags, window, wire_len, payload start and end,
-    truncated.
+    order: record offset, ts, dflow, seq, ack, flags, window, wire_len, the payload's start (from the
+    record's offset) and length, truncated.
 
     ``stats`` (int64[12]): position, why (BAIL_*), records, tcp, non_tcp, malformed, first ts,
     last ts, dflows, link-type bit set (bit i: ``LINK_TYPE_BITS[i]``), o_* filled, interfaces.
@@ -472,8 +472,12 @@ def walk(b, size, limit, fmt, little, nanos, pcap_linktype, max_caplen, ts_lo, t
                 o_flags[filled] = np.int64(b[l4 + 13])
                 o_win[filled] = _u16be(b, l4 + 14)
                 o_wire[filled] = origlen
-                o_ps[filled] = tcp[7]
-                o_pe[filled] = tcp[8]
+                if tcp[8] > tcp[7]:  # the payload as its start within the record and its length (no payload: 0, 0)
+                    o_ps[filled] = tcp[7] - rec
+                    o_pe[filled] = tcp[8] - tcp[7]
+                else:
+                    o_ps[filled] = 0
+                    o_pe[filled] = 0
                 o_trunc[filled] = tcp[9] != 0
                 filled += 1
         pos = nxt
