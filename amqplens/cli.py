@@ -118,13 +118,7 @@ def _import_in_background(*modules: str, first: tuple[str, ...] = ()) -> None:
                 importlib.import_module(name)
             except Exception:  # noqa: BLE001 - the stage that imports it reports it
                 pass
-        if first:  # and the compiled header scan the ingest's driver runs first (numba's cache: 0.7 s of the small run)
-            try:
-                from amqplens.decode.capture import headscan
-
-                headscan.warm()
-            except Exception:  # noqa: BLE001 - the ingest's own scan reports it
-                pass
+        # (the compiled header scan the ingest's driver runs first is loaded by the session, session.get_spark)
         done.set()
         for name in modules:
             try:

@@ -16,6 +16,7 @@ import os
 import pathlib
 import shutil
 import sys
+from typing import Any
 
 from amqplens.config import CONF_DIR, Config
 
@@ -164,8 +165,9 @@ def get_spark(conf: Config):
     )
     if str(s["master"]).startswith("local"):  # workers forked with the tasks' modules imported (spark_daemon)
         builder = builder.config("spark.python.daemon.module", DAEMON_MODULE)
-        if conf["capture.direct"] != "off":
-            _warm_header_scan()
+    direct = conf["capture.direct"]
+    if direct == "on" or (direct == "auto" and str(s["master"]).startswith("local")):  # ingest_captures._direct_may
+        _warm_header_scan()
     pool = worker_arrow_pool()
     if pool is not None:  # spark.extra may still set it
         builder = builder.config("spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL", pool)
@@ -182,7 +184,8 @@ def get_spark(conf: Config):
 def _warm_header_scan() -> None:
     """The driver's compiled header scan (``headscan.plan``, the direct ingest's first step) loaded from numba's cache
     in a thread while the JVM starts, not after it: 0.7 s of the 2 GB load capture's plan, the longer of the two
-    passes the ingest makes over a file before its job (the other its SHA-256)."""
+    passes the ingest makes over a file before its job (the other its SHA-256), and of a small capture's run. Every
+    embedded session the direct path may take (the CLI's, the notebooks', ``tools.bench_pipeline``'s)."""
     import threading
 
     def warm() -> None:
@@ -191,7 +194,12 @@ def _warm_header_scan() -> None:
         with contextlib.suppress(Exception):  # a scan that cannot load is the ingest's to report, not the session's
             headscan.warm()
 
-    threading.Thread(target=warm, name="amqplens-warm-scan", daemon=True).start()
+    global _warm_thread
+    _warm_thread = threading.Thread(target=warm, name="amqplens-warm-scan", daemon=True)
+    _warm_thread.start()
+
+
+_warm_thread: Any = None  # the last _warm_header_scan's thread
 
 
 # -- the class-data-sharing archive's place (amqplens/jvm_archive.py builds it) -------------------------------

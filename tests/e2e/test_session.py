@@ -113,3 +113,17 @@ def test_the_python_workers_are_forked_by_our_daemon_with_the_tasks_modules_impo
     assert len(rows) == 1
     assert "-m amqplens.spark_daemon" in rows[0].parent
     assert rows[0].loaded
+
+
+def test_the_session_loads_the_compiled_header_scan_while_the_jvm_starts(spark):
+    """With a local master and the direct ingest possible, ``get_spark`` loads the header scan in a thread of its
+    own (``session._warm_header_scan``): the driver's first plan of a capture does not wait for numba's cache."""
+    from amqplens import session
+    from amqplens.decode.capture import headscan
+
+    thread = session._warm_thread
+    assert thread is not None and thread.name == "amqplens-warm-scan"
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    kernel = headscan.load_kernel()
+    assert kernel is not None and kernel.walk.signatures  # loaded (or compiled) for the scan's argument types
