@@ -118,7 +118,6 @@ def _import_in_background(*modules: str, first: tuple[str, ...] = ()) -> None:
                 importlib.import_module(name)
             except Exception:  # noqa: BLE001 - the stage that imports it reports it
                 pass
-        # (the compiled header scan the ingest's driver runs first is loaded by the session, session.get_spark)
         done.set()
         for name in modules:
             try:

@@ -165,8 +165,7 @@ def get_spark(conf: Config):
     )
     if str(s["master"]).startswith("local"):  # workers forked with the tasks' modules imported (spark_daemon)
         builder = builder.config("spark.python.daemon.module", DAEMON_MODULE)
-    direct = conf["capture.direct"]
-    if direct == "on" or (direct == "auto" and str(s["master"]).startswith("local")):  # ingest_captures._direct_may
+    if direct_path_may(conf, str(s["master"])):
         _warm_header_scan()
     pool = worker_arrow_pool()
     if pool is not None:  # spark.extra may still set it
@@ -179,6 +178,12 @@ def get_spark(conf: Config):
     if "spark.sql.shuffle.partitions" not in settings:
         spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(spark, conf)))
     return spark
+
+
+def direct_path_may(conf: Config, master: str) -> bool:
+    """Whether the ingest may read captures directly (``capture.direct``: on; auto with a local master)."""
+    choice = conf["capture.direct"]
+    return choice != "off" and (choice != "auto" or master.startswith("local"))
 
 
 def _warm_header_scan() -> None:

@@ -487,8 +487,9 @@ class _Prescan:
 
 
 def _direct_may(spark, conf: Config) -> bool:
-    choice = conf["capture.direct"]
-    return choice != "off" and (choice != "auto" or spark.sparkContext.master.startswith("local"))
+    from amqplens.session import direct_path_may
+
+    return direct_path_may(conf, spark.sparkContext.master)
 
 
 def _log_format(path: str) -> str | None:
