@@ -405,7 +405,7 @@ def _sorted(rows: pa.Table) -> pa.Table:
 
     from amqplens.lifecycle.fused import sort_options
 
-    return rows.take(pc.sort_indices(_sort_keys(rows), options=sort_options()))
+    return _in_order(rows, pc.sort_indices(_sort_keys(rows), options=sort_options()))
 
 
 def _row_group_tables(data, columns: list[str], where):
@@ -417,8 +417,8 @@ def _row_group_tables(data, columns: list[str], where):
             for batch in fragment.to_batches(columns=columns, filter=where):
                 yield pa.Table.from_batches([batch])
             continue
-        for group in groups:
-            yield fragment.subset(row_group_ids=[group.id]).to_table(columns=columns, filter=where)
+        for group in groups:  # the dataset's schema: a column the file left out (``staging._Slot``) reads as nulls
+            yield fragment.subset(row_group_ids=[group.id]).to_table(schema=data.schema, columns=columns, filter=where)
 
 
 def _cut(rows: pa.Table, latest: int) -> int | None:
@@ -502,21 +502,34 @@ def read_sorted(data, columns: list[str], where, single: str | None = None, each
         table = table.append_column("connection_id", pa.DictionaryArray.from_arrays(
             pa.array(np.zeros(table.num_rows, np.int32)), pa.array([single], pa.string())))
     order = pc.sort_indices(_sort_keys(table), options=sort_options())
+    handed = Handed(table)
+    del table
+    return _in_order(handed, order)
+
+
+def _in_order(rows, order: pa.Array) -> pa.Table:
+    """``rows`` (a table, or a ``fold.Handed`` one, let go as taken) in the ``order`` of its row numbers.
+
+    In order already (a task of one connection, a chunk of one: every chunk of the 2 GB load capture's connections
+    was), or a few runs of rows in order already (each connection is written in its sorted order): the sorted table
+    as slices of the one given, no copy (the copies were 297 of 2,354 samples of the 2 GB capture's job; a chunked
+    connection's take of each chunk 11.9% of the lifecycle job's samples). Not for many runs: a task of 10,000 short
+    connections made so took 18.9 CPU s against 4.9 (a slice of a table of thousands of chunks, and what each group
+    does per chunk)."""
+    import numpy as np
+
+    from amqplens.lifecycle.fold import Handed
+
+    table = rows.table if isinstance(rows, Handed) else rows
     at = order.to_numpy()
     if not len(at):
         return table
     starts = np.flatnonzero(np.r_[True, np.diff(at) != 1])
     if len(starts) <= SLICED_RUNS:
-        # in order already (a task of one connection: one run), or a few runs of rows in order already (each
-        # connection is written in its sorted order): the sorted table as
-        # slices of the one read, no copy (the copies were 297 of 2,354 samples of the 2 GB capture's job). Not for
-        # many runs: a task of 10,000 short connections made so took 18.9 CPU s against 4.9 (a slice of a table of
-        # thousands of chunks, and what each group does per chunk)
         ends = np.append(starts[1:], len(at))
         return pa.concat_tables([table.slice(int(at[s]), int(e - s)) for s, e in zip(starts, ends)])
-    handed = Handed(table)
     del table
-    return handed.take_rows(order)
+    return rows.take_rows(order) if isinstance(rows, Handed) else rows.take(order)
 
 
 def _sort_keys(table: pa.Table) -> pa.Table:

@@ -136,6 +136,15 @@ def footer_units(path, filesystem=None) -> dict[str, int] | None:
         return None
 
 
+def read_file(path, table: str, filesystem=None) -> pa.Table:
+    """A file of ``table`` (staged or committed) with the contract's data columns, in their order: those the file
+    left out (``_Slot``) as nulls, as the lake's readers give them."""
+    got = pq.read_table(path, filesystem=filesystem)
+    columns = [got.column(c.name) if c.name in got.column_names else pa.nulls(got.num_rows, c.arrow_type)
+               for c in table_def(table).data_columns()]
+    return pa.Table.from_arrays(columns, names=[c.name for c in table_def(table).data_columns()])
+
+
 class StagedWriter:
     """Writes Arrow batches of one table into a staging folder: one file per (task, unit) in ``_rk=<unit>/``, and
     one per (task, partition) in ``_rk=+packed/`` for the units ``StagedTable.pack`` names (their units and rows in
@@ -152,10 +161,11 @@ class StagedWriter:
         self.fs, root_path = filesystem(staged.root)
         self.dir = "/".join([root_path, staged.table, STAGING, staged.folder])
         self.schema = pa.schema([pa.field(c.name, c.arrow_type) for c in self.t.data_columns()])
+        # the columns a file may leave out while no row of it fills them (``_Slot``): nullable, and not the replace key
+        self.omissible = {c.name for c in self.t.data_columns() if c.nullable and c.name not in self.t.replace_by}
         self.task, self.group_rows = task, group_rows
         self.pack, self.pack_all = staged.pack, staged.pack_all
-        # (part_dirs, unit or PACKED) -> {writer, tmp, rel, pending, pending_rows, rows, units}
-        self.files: dict[tuple[str, str], dict] = {}
+        self.files: dict[tuple[str, str], _Slot] = {}  # (part_dirs, unit or PACKED) -> its files
 
     def write(self, unit: str, batch: pa.RecordBatch, part_dirs: str = "") -> None:
         """Add rows of ``unit`` (a replace-key value); the batch must hold the table's data columns. ``part_dirs``
@@ -176,42 +186,101 @@ class StagedWriter:
         slot = (part_dirs, PACKED if packed else unit)
         f = self.files.get(slot)
         if f is None:
-            rel = f"{REPLACE_DIR}={urllib.parse.quote(slot[1], safe='')}/part-t{self.task:05d}.parquet"
-            rel = f"{part_dirs}/{rel}" if part_dirs else rel
-            tmp = f"{self.dir}/{rel}.tmp"
-            self.fs.create_dir(tmp.rsplit("/", 1)[0], recursive=True)
-            f = self.files[slot] = {"rel": rel, "tmp": tmp, "pending": [], "pending_rows": 0, "rows": 0, "units": {},
-                                    "writer": pq.ParquetWriter(tmp, self.schema, filesystem=self.fs, compression="snappy",
-                                                              use_dictionary=self.t.dictionary_columns(),
-                                                              write_statistics=self.t.statistics_columns())}
-        f["pending"].append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
-        f["pending_rows"] += batch.num_rows
-        f["units"][unit] = f["units"].get(unit, 0) + batch.num_rows
-        if f["pending_rows"] >= self.group_rows:
-            self._flush(f)
+            base = f"{REPLACE_DIR}={urllib.parse.quote(slot[1], safe='')}/part-t{self.task:05d}"
+            f = self.files[slot] = _Slot(self, f"{part_dirs}/{base}" if part_dirs else base, slot[1], packed)
+        f.pending.append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
+        f.pending_rows += batch.num_rows
+        f.pending_units[unit] = f.pending_units.get(unit, 0) + batch.num_rows
+        if f.pending_rows >= self.group_rows:
+            f.flush()
 
-    def _flush(self, f: dict) -> None:
-        rows = f["pending_rows"]
+    def close(self) -> list[StagedFile]:
+        """Finish every file; returns what the driver needs to commit each (``TableStore.commit_staged``)."""
+        done = []
+        for f in self.files.values():
+            f.flush()
+            done += f.finish()
+        self.files = {}
+        return done
+
+
+class _Slot:
+    """The files of one (partition folders, unit or ``PACKED``) of a ``StagedWriter``: a row group at a time.
+
+    A file leaves out the nullable columns (not the replace key) that no row of its first row group fills: most of
+    the frames' 87 columns belong to other dialects than a capture's, and Parquet encodes a column of nulls value by
+    value (58 such columns of a 0-9-1 capture's frames were about a third of the frames' write). Every reader of the
+    lake reads a column a file lacks as nulls (``TableStore.dataset``, Spark's Parquet reader with the contract's
+    schema, delta-rs). A later row group that fills a column left out ends the file and begins the next (``-1``,
+    ``-2``, ...), which leaves out only what that group does not fill: a slot has at most one file per column the
+    table has, and most have one. Names depend only on the task and the rows, so a retried task writes the same."""
+
+    def __init__(self, writer: StagedWriter, base: str, unit: str, packed: bool) -> None:
+        self.w, self.base, self.unit, self.packed = writer, base, unit, packed
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_rows = 0
+        self.pending_units: dict[str, int] = {}
+        self.done: list[StagedFile] = []  # the files finished
+        self.pq: pq.ParquetWriter | None = None  # the file being written, its columns, path, rows and units
+        self.columns: list[str] = []
+        self.rel = self.tmp = ""
+        self.rows = 0
+        self.units: dict[str, int] = {}
+
+    def flush(self) -> None:
+        rows = self.pending_rows
+        if not rows and self.pq is not None:  # nothing to write (a unit's empty batches still count, with 0 rows)
+            for unit in self.pending_units:
+                self.units.setdefault(unit, 0)
+            self.pending, self.pending_units = [], {}
+            return
+        table = pa.Table.from_batches(self.pending, self.w.schema)
+        self.pending, self.pending_rows = [], 0
+        filled = {c for c in self.w.omissible if table.column(c).null_count < rows} if rows else set(self.w.omissible)
+        if self.pq is None or filled - set(self.columns):
+            self._next(filled if rows else None)
+        assert self.pq is not None  # _next opened it
         if rows:
-            f["writer"].write_table(pa.Table.from_batches(f["pending"], self.schema), row_group_size=rows)
-            f["rows"] += rows
-        f["pending"], f["pending_rows"] = [], 0
+            self.pq.write_table(table.select(self.columns), row_group_size=rows)
+            self.rows += rows
+        for unit, n in self.pending_units.items():
+            self.units[unit] = self.units.get(unit, 0) + n
+        self.pending_units = {}
+        del table
         # the group's buffers are free now: hand the allocator's free pages back (malloc_trim with the system
         # pool), or a worker's RSS keeps the high-water mark of every task it ran; not after a small group (a small
         # capture's rows: a millisecond each, 1 s of 303 captures' ingest, for pages the next group reuses)
         if rows >= TRIM_ROWS:
             pa.default_memory_pool().release_unused()
 
-    def close(self) -> list[StagedFile]:
-        """Finish every file; returns what the driver needs to commit each (``TableStore.commit_staged``)."""
-        done = []
-        for (_, unit), f in self.files.items():
-            self._flush(f)
-            units = f["units"] if unit == PACKED else None
-            if units is not None:
-                f["writer"].add_key_value_metadata({UNITS_KEY: json.dumps(units, sort_keys=True).encode()})
-            f["writer"].close()
-            self.fs.move(f["tmp"], f"{self.dir}/{f['rel']}")
-            done.append(StagedFile(self.t.name, min(units) if units else unit, f["rel"], f["rows"], units))
-        self.files = {}
-        return done
+    def _next(self, filled: set[str] | None) -> None:
+        """The file written ends (if one is) and the next begins, with the columns ``filled`` names besides the ones
+        no file may leave out (``None``: every column, a file of no rows)."""
+        self._end()
+        w = self.w
+        keep = [f.name for f in w.schema if filled is None or f.name not in w.omissible or f.name in filled]
+        self.columns = keep
+        n = len(self.done)
+        self.rel = f"{self.base}.parquet" if not n else f"{self.base}-{n}.parquet"
+        self.tmp = f"{w.dir}/{self.rel}.tmp"
+        w.fs.create_dir(self.tmp.rsplit("/", 1)[0], recursive=True)
+        self.pq = pq.ParquetWriter(self.tmp, pa.schema([w.schema.field(c) for c in keep]), filesystem=w.fs,
+                                   compression="snappy", use_dictionary=[c for c in w.t.dictionary_columns() if c in keep],
+                                   write_statistics=[c for c in w.t.statistics_columns() if c in keep])
+        self.rows, self.units = 0, {}
+
+    def _end(self) -> None:
+        if self.pq is None:
+            return
+        units = self.units if self.packed else None
+        if units is not None:
+            self.pq.add_key_value_metadata({UNITS_KEY: json.dumps(units, sort_keys=True).encode()})
+        self.pq.close()
+        self.pq = None
+        self.w.fs.move(self.tmp, f"{self.w.dir}/{self.rel}")
+        self.done.append(StagedFile(self.w.t.name, min(units) if units else self.unit, self.rel, self.rows, units))
+
+    def finish(self) -> list[StagedFile]:
+        """Every file of the slot, the last one finished."""
+        self._end()
+        return self.done

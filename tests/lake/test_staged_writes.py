@@ -140,7 +140,10 @@ def test_a_tables_plain_columns_are_written_without_a_dictionary_and_read_back_t
     data = {c.name: pa.nulls(n, c.arrow_type) for c in FRAMES.data_columns()}
     data.update(frame_id=pa.array([f"c1-s-{i * 9}" for i in range(n)]), connection_id=pa.array(["c1"] * n),
                 stream_offset=pa.array([i * 9 for i in range(n)], pa.int64()), direction=pa.array(["to_server"] * n),
-                ts=pa.array([dt.datetime(2024, 5, 1, 12, 0, 0, i, tzinfo=dt.timezone.utc) for i in range(n)], FRAMES.column("ts").arrow_type))
+                ts=pa.array([dt.datetime(2024, 5, 1, 12, 0, 0, i, tzinfo=dt.timezone.utc) for i in range(n)], FRAMES.column("ts").arrow_type),
+                delivery_tag=pa.array(range(n), pa.int64()), message_seq=pa.array(range(n), pa.int64()),
+                arguments_json=pa.array([f'{{"n": {i}}}' for i in range(n)]))
+    filled = {"frame_id", "connection_id", "stream_offset", "direction", "ts", "delivery_tag", "message_seq", "arguments_json"}
     batch = pa.RecordBatch.from_arrays(list(data.values()), names=list(data))
     writer = StagedTable("frames", str(tmp_path), "run1").writer(0)
     writer.write("cap", batch)
@@ -150,4 +153,47 @@ def test_a_tables_plain_columns_are_written_without_a_dictionary_and_read_back_t
     dictionary = {meta.column(i).path_in_schema: meta.column(i).has_dictionary_page for i in range(meta.num_columns)}
     assert FRAMES.plain and all(not dictionary[name] for name in FRAMES.plain), dictionary
     assert dictionary["connection_id"] and dictionary["direction"]
-    assert pq.read_table(path).equals(pa.Table.from_batches([batch])) and done.rows == n
+    # the columns no row fills are left out of the file (``_Slot``): read with the contract's schema, the same rows
+    store = TableStore(None, str(tmp_path))
+    got = store.dataset("frames", [("", path.relative_to(tmp_path / "frames").as_posix(), 0)]).to_table()
+    assert got.select(batch.schema.names).equals(pa.Table.from_batches([batch])) and done.rows == n
+    assert pq.read_schema(path).names == [c.name for c in FRAMES.data_columns() if c.name in filled or not c.nullable]
+
+
+def test_a_file_leaves_out_the_columns_no_row_fills_and_the_next_file_takes_one_filled_later(spark, lake):
+    """Columns nobody fills are not written (Parquet encodes a column of nulls value by value: a third of the
+    frames' write); a row group that fills one the file left out begins the task's next file for the unit, which
+    leaves out only what that group does not fill. Read back through Spark, delta-rs and pyarrow, the rows are the
+    ones written, nulls where nothing was written, in files of one unit (the packed one too: its units per file)."""
+    import pyarrow.parquet as pq
+
+    store = TableStore(spark, str(lake))
+    staged = store.stage("decode_errors", "run1", pack={"P": "capture_date=2024-05-01"})
+    w = staged.writer(0, group_rows=2)
+    plain = rows("A", 4)  # connection_id, direction null on every row
+    filled = [r[:3] + ("conn-1", "to_server") + r[5:] for r in rows("A", 2, "later")]
+    filled = [(f"A-late-{i}",) + r[1:] for i, r in enumerate(filled)]
+    w.write("A", arrow_rows(plain[:2]))
+    w.write("A", arrow_rows(plain[2:]))
+    w.write("A", arrow_rows(filled))
+    w.write("A", arrow_rows(plain[:1]).slice(0, 0))  # an empty batch changes nothing
+    w.write("P", arrow_rows([(f"P-{i}",) + r[1:] for i, r in enumerate(rows("P", 3))]))
+    files = w.close()
+    got = sorted((f.unit, f.path.rsplit("/", 1)[-1], f.rows, f.units) for f in files)
+    assert got == [("A", "part-t00000-1.parquet", 2, None), ("A", "part-t00000.parquet", 4, None),
+                   ("P", "part-t00000.parquet", 3, {"P": 3})], got
+    root = lake / "decode_errors" / "_staging" / staged.folder
+    schemas = {p.relative_to(root).as_posix(): pq.read_schema(p).names for p in root.rglob("*.parquet")}
+    first, second = schemas["_rk=A/part-t00000.parquet"], schemas["_rk=A/part-t00000-1.parquet"]
+    assert "connection_id" not in first and "direction" not in first and "detail" in first
+    assert "connection_id" in second and "direction" in second and "error_id" in second
+    assert store.commit_staged(staged, files, units={"A": "i:A:v1", "P": "i:P:v1"},
+                               partitions={"A": DAY, "P": DAY}, run_id="run1")
+    want = sorted((r[0], r[3], r[4], r[8]) for r in plain + filled + [(f"P-{i}",) + r[1:] for i, r in enumerate(rows("P", 3))])
+    spark_rows = sorted((r.error_id, r.connection_id, r.direction, r.reason) for r in store.read("decode_errors").collect())
+    assert spark_rows == want
+    arrow = DeltaTable(str(lake / "decode_errors")).to_pyarrow_table()
+    assert sorted(zip(*(arrow.column(c).to_pylist() for c in ("error_id", "connection_id", "direction", "reason")))) == want
+    local = store.read_arrow("decode_errors", ["error_id", "connection_id", "direction", "reason"], ["A"])
+    assert sorted(zip(*local.to_pydict().values())) == [w for w in want if w[0].startswith("A-")]
+    assert store.null_columns("decode_errors", ["P"], ["connection_id", "detail"]) == {"connection_id"}

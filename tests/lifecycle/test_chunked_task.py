@@ -15,10 +15,10 @@ import random
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 import pytest
 
 from amqplens.jobs import lifecycle
+from amqplens.lake.staging import read_file
 from amqplens.lake.store import TableStore
 from amqplens.lifecycle.fold import Handed
 from amqplens.lifecycle.fused import _SORT, sorted_table_lifecycle
@@ -30,7 +30,7 @@ def _written(root) -> dict[str, list]:
     out = {}
     for _, table in lifecycle.OUTPUTS:
         rows = [r for f in sorted(glob.glob(f"{root}/{table.name}/**/*.parquet", recursive=True))
-                for r in pq.read_table(f).to_pylist()]
+                for r in read_file(f, table.name).to_pylist()]
         out[table.name] = sorted(rows, key=repr)
     return out
 

@@ -14,7 +14,6 @@ import datetime as dt
 import functools
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from amqplens.decode import pipeline
@@ -26,7 +25,7 @@ from amqplens.decode.tls import KeyLog
 from amqplens.jobs import ingest_captures
 from amqplens.jobs import lifecycle
 from amqplens.config import load_config
-from amqplens.lake.staging import StagedTable
+from amqplens.lake.staging import StagedTable, read_file
 from tests.lifecycle.captures import DATA
 
 CAPTURES = sorted(p for p in DATA.rglob("*.pcap*") if "fuzz" not in p.parts)
@@ -54,7 +53,7 @@ def _staged(root, folder: str) -> dict[str, StagedTable]:
 
 def _read(root, table: str, folder: str) -> list:
     files = sorted((root / table / "_staging" / folder).rglob("*.parquet"))
-    rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+    rows = [r for f in files for r in read_file(f, table).to_pylist()]
     return sorted(rows, key=repr)
 
 
@@ -69,7 +68,7 @@ def _decode(tmp_path, batch_rows: int) -> list[pa.RecordBatch]:
 def test_the_decode_task_writes_the_rows_the_lifecycle_job_would(tmp_path, batch_rows):
     out = _decode(tmp_path, batch_rows)
     assert not [b for b in out if b.column("kind")[0].as_py() == ingest_captures.LIFECYCLE_FAILED]
-    frames = pa.concat_tables(pq.read_table(f) for f in (tmp_path / "frames" / "_staging" / "decode").rglob("*.parquet"))
+    frames = pa.concat_tables(read_file(f, "frames") for f in (tmp_path / "frames" / "_staging" / "decode").rglob("*.parquet"))
     read = [c for c in (*lifecycle.FRAME_COLUMNS, "ts") if c in frames.column_names]
     ordered = frames.select(read).sort_by([(k, "ascending") for k in ("connection_id", *lifecycle.SORT_KEYS)])
     fn = functools.partial(lifecycle_batches, **lifecycle.structs())
@@ -280,3 +279,29 @@ def test_read_sorted_of_one_connection_makes_its_id_and_applies_each_batch():
     assert hot.any() and all(a is None for a in args[hot]) and all(a is not None for a in args[~hot])
     empty = read_sorted(data, columns, ds.field("row") < 0, single="only", each=lean)
     assert empty.num_rows == 0 and "connection_id" in empty.column_names
+
+
+def test_a_chunk_in_order_is_not_copied_and_one_out_of_order_is_sorted():
+    """The chunked connection's sort of each chunk (``jobs.lifecycle._sorted``): a chunk whose rows are in the
+    lifecycle's order already (every chunk of the 2 GB load capture's connections was) comes back as the same rows,
+    sharing the read's buffers (no copy); one with rows out of order comes back as Arrow's sort gives it, from a
+    table of several chunks either way."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from amqplens.jobs.lifecycle import _sorted
+    from amqplens.lifecycle.fused import sort_options
+
+    n = 300
+    rows = pa.table({"connection_id": pa.array(["c"] * n), "ts": pa.array(np.arange(n) // 3, pa.int64()),
+                     "stream_offset": pa.array(np.arange(n), pa.int64()),
+                     "direction": pa.array(["to_client", "to_server", "to_server"] * (n // 3)),
+                     "row": pa.array(np.arange(n))})
+    rows = rows.take(pc.sort_indices(rows, options=sort_options()))
+    chunked = pa.Table.from_batches(rows.to_batches(max_chunksize=70))
+    got = _sorted(chunked)
+    assert got.equals(rows)
+    address = {c.buffers()[1].address for c in chunked.column("row").chunks}
+    assert {c.buffers()[1].address for c in got.column("row").chunks} <= address
+    shuffled = pa.Table.from_batches(rows.take(pa.array(np.random.default_rng(1).permutation(n))).to_batches(max_chunksize=70))
+    assert _sorted(shuffled).equals(rows)
