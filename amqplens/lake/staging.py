@@ -217,8 +217,8 @@ class _Slot:
     value (58 such columns of a 0-9-1 capture's frames were about a third of the frames' write). Every reader of the
     lake reads a column a file lacks as nulls (``TableStore.dataset``, Spark's Parquet reader with the contract's
     schema, delta-rs). A later row group that fills a column left out ends the file and begins the next (``-1``,
-    ``-2``, ...), which leaves out only what that group does not fill: a slot has at most one file per column the
-    table has, and most have one. Names depend only on the task and the rows, so a retried task writes the same."""
+    ``-2``, ...), which keeps the columns the file before it had and those the group fills: a slot has at most one
+    file more than the columns that can be left out, and most have one. Names depend only on the task and the rows, so a retried task writes the same."""
 
     def __init__(self, writer: StagedWriter, base: str, unit: str, packed: bool) -> None:
         self.w, self.base, self.unit, self.packed = writer, base, unit, packed
@@ -243,7 +243,9 @@ class _Slot:
         self.pending, self.pending_rows = [], 0
         filled = {c for c in self.w.omissible if table.column(c).null_count < rows} if rows else set(self.w.omissible)
         if self.pq is None or filled - set(self.columns):
-            self._next(filled if rows else None)
+            # the next file keeps what this one had too: the columns only grow, so a slot's files are at most one
+            # more than its columns that can be left out, whatever order the groups fill them in
+            self._next(filled | set(self.columns) if rows else None)
         assert self.pq is not None  # _next opened it
         if rows:
             self.pq.write_table(table.select(self.columns), row_group_size=rows)

@@ -197,3 +197,31 @@ def test_a_file_leaves_out_the_columns_no_row_fills_and_the_next_file_takes_one_
     local = store.read_arrow("decode_errors", ["error_id", "connection_id", "direction", "reason"], ["A"])
     assert sorted(zip(*local.to_pydict().values())) == [w for w in want if w[0].startswith("A-")]
     assert store.null_columns("decode_errors", ["P"], ["connection_id", "detail"]) == {"connection_id"}
+
+
+def test_the_columns_of_a_units_files_only_grow_whatever_order_its_groups_fill_them(spark, lake):
+    """Groups that fill a left-out column in turn (connection_id, then direction alone, then connection_id alone
+    again, then neither): one file more per column first filled, never one per group; every row read back."""
+    import pyarrow.parquet as pq
+
+    store = TableStore(spark, str(lake))
+    staged = store.stage("decode_errors", "run1")
+    w = staged.writer(0, group_rows=2)
+    base = rows("A", 8)
+    fills = [(None, None), ("conn-1", None), (None, "to_client"), ("conn-2", None), (None, None)]
+    written = []
+    for k, (conn, direction) in enumerate(fills):
+        group = [(f"A-{k}-{i}",) + r[1:3] + (conn, direction) + r[5:] for i, r in enumerate(base[:2])]
+        written += group
+        w.write("A", arrow_rows(group))
+    files = w.close()
+    names = sorted(f.path.rsplit("/", 1)[-1] for f in files)
+    assert names == ["part-t00000-1.parquet", "part-t00000-2.parquet", "part-t00000.parquet"], names
+    root = lake / "decode_errors" / "_staging" / staged.folder / "_rk=A"
+    held = {p.name: set(pq.read_schema(p).names) & {"connection_id", "direction"} for p in root.glob("*.parquet")}
+    assert held == {"part-t00000.parquet": set(), "part-t00000-1.parquet": {"connection_id"},
+                    "part-t00000-2.parquet": {"connection_id", "direction"}}, held
+    assert sorted(f.rows for f in files) == [2, 2, 6]
+    assert store.commit_staged(staged, files, units={"A": "i:A:v1"}, partitions={"A": DAY}, run_id="run1")
+    got = sorted((r.error_id, r.connection_id, r.direction) for r in store.read("decode_errors").collect())
+    assert got == sorted((r[0], r[3], r[4]) for r in written)
