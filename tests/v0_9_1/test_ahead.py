@@ -191,3 +191,36 @@ def test_segments_that_are_not_contiguous_are_fed_one_by_one():
     assert _assert_alike(with_repeat).in_order > 0
     skipped = [c for i, c in enumerate(calls) if i != data_at[2 * len(data_at) // 3]]
     assert _assert_alike(skipped).in_order > 0
+
+
+@pytest.mark.parametrize("round_segments, max_rounds", [(1, 16), (1, 1), (4, 3), (256, 16)])
+def test_a_window_held_whole_is_decoded_ahead_again_after_its_handshake(monkeypatch, round_segments, max_rounds):
+    """A connection held whole (nothing drains it until its close): its first barrier (start-ok, tune) is at its
+    head. Rounds feed each barrier's segment alone and decode the rest ahead again (``ahead.ROUND_SEGMENTS`` and
+    ``MAX_ROUNDS`` lowered so that every fixture's windows take them, and the cap ends them early): the reference's
+    rows in its order, and windows decoded ahead that the one-by-one feed alone never decodes ahead."""
+    monkeypatch.setattr(ahead, "ROUND_SEGMENTS", round_segments)
+    monkeypatch.setattr(ahead, "MAX_ROUNDS", max_rounds)
+    rnd = random.Random(36)
+    decoded_ahead = fed_alone = 0
+    for to_server, to_client in _streams():
+        held = _assert_alike(_calls(to_server, to_client, rnd, 10**9))
+        decoded_ahead += held.ahead
+        fed_alone += held.in_order
+    assert fed_alone > 0
+    if round_segments == 1:
+        assert decoded_ahead > 0, decoded_ahead
+
+
+def test_rounds_after_damage_decode_as_the_reference(monkeypatch):
+    """A frame-end flipped two-thirds into a connection held whole, rounds at every barrier: the decoder leaves its
+    steady state at the damage (resynchronising), so the rest is fed one by one, as the reference."""
+    monkeypatch.setattr(ahead, "ROUND_SEGMENTS", 1)
+    rnd = random.Random(37)
+    for to_server, to_client in _streams()[:4]:
+        starts = _frame_starts(to_server)
+        at = starts[len(starts) * 2 // 3]
+        stream = bytearray(to_server)
+        size = int.from_bytes(stream[at + 3 : at + 7], "big")
+        stream[at + size + 7] ^= 0x01
+        _assert_alike(_calls(bytes(stream), to_client, rnd, 10**9))

@@ -275,3 +275,28 @@ def test_a_capture_started_mid_connection_is_decoded_ahead_too():
     assert got == want
     assert sum(r["performative"] == "transfer" for r in got[0]) > 100
     assert held.ahead > 0
+
+
+def test_a_window_is_decoded_ahead_again_after_a_barrier_in_its_middle(monkeypatch):
+    """A 1.0 connection held whole in small pieces (no drain) with a frame of an unknown performative (descriptor
+    0x30) between two transfers halfway: a barrier in the middle of the window. Rounds (``ahead.ROUND_SEGMENTS``
+    lowered to 1) feed the barrier's segment alone and decode the rest ahead again: the reference's rows (the odd
+    frame an error row in its place), and more windows decoded ahead than without rounds."""
+    from amqplens.decode.v0_9_1 import ahead
+
+    c, s = load(150, 5)
+    odd = (12).to_bytes(4, "big") + bytes([2, 0, 0, 0]) + bytes([0x00, 0x53, 0x30, 0x45])
+    at = _frame_start(c, 60)
+    c = c[:at] + odd + c[at:]
+    want = _decode(False, c, s, 5)
+    decoded_ahead = []
+    for round_segments in (10**9, 1):
+        monkeypatch.setattr(ahead, "ROUND_SEGMENTS", round_segments)
+        dec = _decoder(True)
+        _feed(dec, c, s, random.Random(5))
+        got = dec.drain_frames(), dec.drain_errors(), dec.drain_frame_errors(), dec.connection_facts()
+        assert got == want
+        decoded_ahead.append(dec._held.ahead)
+    assert sum(r["performative"] == "transfer" for r in got[0]) > 100
+    assert any(r["decode_error"] for r in got[0])
+    assert decoded_ahead[1] > decoded_ahead[0], decoded_ahead

@@ -31,6 +31,8 @@ from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER, Run
 from amqplens.decode.v0_9_1.hotpath import HotPieces, HotRows, hot_tables
 
 MAX_BYTES = 4 << 20  # bytes held per connection before they are decoded anyway
+ROUND_SEGMENTS = 256  # segments after a barrier worth decoding ahead again (a round); fewer go one by one
+MAX_ROUNDS = 16  # rounds a window at most: each scans the rest of the window's bytes
 _DIRECTIONS = (TO_SERVER, TO_CLIENT)
 
 
@@ -68,22 +70,45 @@ def hold_run(dec, held: Held, run: Run, steady_now, catch_up_now, max_bytes: int
         catch_up_now(dec, held)
 
 
-def catch_up(dec, held: Held, stop_at=None, interleave=None) -> None:
+def catch_up(dec, held: Held, stop_at=None, interleave=None, steady_now=None) -> None:
     """Decode what ``held`` holds (see the module's text) and empty it. ``stop_at(direction, buf)``: where the first
-    frame not to decode ahead starts in a direction's held bytes (default 0-9-1's ``hot_kernel.window_ok``);
-    ``interleave(a, b, keys)``: both directions' items in the reference's order (default ``_interleave``). AMQP 1.0
-    (``v1_0/ahead.py``) passes its own."""
+    frame not to decode ahead starts in a direction's held bytes (default 0-9-1's ``hot_kernel.window_ok``, made
+    again each round: the frame limit may change); ``interleave(a, b, keys)``: both directions' items in the
+    reference's order (default ``_interleave``); ``steady_now(dec)``: whether the decoder may decode ahead again after
+    a barrier (default ``steady``). AMQP 1.0 (``v1_0/ahead.py``) passes its own.
+
+    Rounds: where at least ``ROUND_SEGMENTS`` segments follow a barrier (a long connection's first window, its
+    handshake at its head), the barrier's segment is fed alone and the rest is a new catch-up, as if a drain had come
+    there (a catch-up's rows are the one-by-one feed's wherever it falls); at most ``MAX_ROUNDS`` tries a window, so
+    a connection with many connection-class frames (blocked, unblocked) costs a bounded number of scans. A short
+    connection's window is fed one by one as before: rounds cost it more than they save (docs/performance.md)."""
     segments = held.segments
     held.segments, held.bytes = [], 0
     if not segments:
         return
     cols = _Columns(segments)
     del segments
-    barrier = _ahead(dec, held, cols, stop_at or _stop_0_9_1(dec), interleave or _interleave)
-    if barrier < len(cols.codes):
-        held.in_order += 1
-        for segment in cols.segments(barrier):
+    interleave = interleave or _interleave
+    steady_now = steady_now or steady
+    tries = MAX_ROUNDS
+    fed_alone = False
+    while True:
+        barrier = _ahead(dec, held, cols, stop_at or _stop_0_9_1(dec), interleave)
+        if barrier >= len(cols.codes):
+            return
+        if fed_alone is False:
+            held.in_order += 1
+            fed_alone = True
+        rest = cols.segments(barrier, barrier + 1 if tries else None)
+        for segment in rest:
             StreamDecoderBase.data(dec, *segment)
+        barrier += len(rest)
+        if not tries or len(cols.codes) - barrier < ROUND_SEGMENTS or not steady_now(dec):
+            for segment in cols.segments(barrier):
+                StreamDecoderBase.data(dec, *segment)
+            return
+        tries -= 1
+        cols = cols.tail(barrier)
 
 
 class _Columns:
@@ -117,12 +142,26 @@ class _Columns:
             lengths = self.lengths[mine]
             self.starts[mine] = np.cumsum(lengths) - lengths
 
-    def segments(self, first: int) -> list[tuple[str, int, int, bytes]]:
-        """Segments ``first`` on as tuples."""
+    def segments(self, first: int, stop: int | None = None) -> list[tuple[str, int, int, bytes]]:
+        """Segments ``first`` to ``stop`` (the last without one) as tuples."""
         bufs = [self.bufs[d] for d in _DIRECTIONS]
+        part = slice(first, stop)
         return [(_DIRECTIONS[c], o, t, bufs[c][s:s + n]) for c, o, t, s, n in zip(
-            self.codes[first:].tolist(), self.offsets[first:].tolist(), self.times[first:].tolist(),
-            self.starts[first:].tolist(), self.lengths[first:].tolist())]
+            self.codes[part].tolist(), self.offsets[part].tolist(), self.times[part].tolist(),
+            self.starts[part].tolist(), self.lengths[part].tolist())]
+
+    def tail(self, first: int) -> "_Columns":
+        """The segments ``first`` on as columns of their own (a copy of each direction's bytes from there)."""
+        out = _Columns.__new__(_Columns)
+        out.codes, out.offsets, out.times, out.lengths = (a[first:] for a in (self.codes, self.offsets, self.times, self.lengths))
+        out.starts = self.starts[first:].copy()
+        out.bufs = {}
+        for code, d in enumerate(_DIRECTIONS):
+            mine = out.codes == code
+            cut = int(out.starts[mine][0]) if mine.any() else len(self.bufs[d])
+            out.bufs[d] = self.bufs[d][cut:]
+            out.starts[mine] -= cut
+        return out
 
 
 def _loose_columns(loose: list[tuple]) -> tuple:

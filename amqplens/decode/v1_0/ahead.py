@@ -51,7 +51,7 @@ def catch_up(dec, held: Held) -> None:
     def stop_at(d: str, buf: bytes) -> int:
         return int(window_ok(np.frombuffer(buf, np.uint8), len(buf), dec.frame_limit(d)))
 
-    _catch_up(dec, held, stop_at, _ordered)
+    _catch_up(dec, held, stop_at, _ordered, steady)
 
 
 def _ordered(a: list, b: list, keys: dict) -> list:
