@@ -45,7 +45,8 @@ from amqplens.lifecycle import machines
 from amqplens.lifecycle.amqp091 import ENDPOINT_EVENT
 from amqplens.lifecycle.props import columns as props_columns
 from amqplens.lifecycle.fold import Kept, column_in, column_valid, column_values, frame_ids_at, kernels, stream_order, take_span
-from amqplens.lifecycle.records import DELIVERY_KEYS, FLOW_EVENT_KEYS, FROM_BROKER, TO_BROKER, Output, frame_arg
+from amqplens.lifecycle.records import (DELIVERY_KEYS, FLOW_EVENT_KEYS, FROM_BROKER, REQUEST_RESPONSE_KEYS, TO_BROKER,
+                                       Output, frame_arg)
 from amqplens.lifecycle.requests import RequestMatcher, sync_tables
 from amqplens.lifecycle.runner import REFERS_BACK
 
@@ -186,14 +187,14 @@ def connection_keys(table: pa.Table) -> tuple:
 class Result:
     """What ``lifecycle`` gives: ``taken`` (the rows of the connections it did; the others go to the machines), and
     per kind the rows: ``deliveries`` and ``flow_events`` as Arrow tables of the structs' fields (with
-    ``capture_id``) built a slice at a time, ``request_responses`` as dicts with their connections' capture ids."""
+    ``capture_id``) built a slice at a time, ``request_responses`` as ``RequestRows`` (a chunk's: ``(capture_id, row)`` dicts)."""
 
     def __init__(self, n: int) -> None:
         self.taken = np.zeros(n, bool)
         # slice size -> the rows as Arrow tables of the structs' fields (with capture_id), a slice at a time
         self.deliveries: Callable[[int], Iterator[pa.Table]] = lambda size: iter(())
         self.flow_events: Callable[[int], Iterator[pa.Table]] = lambda size: iter(())
-        self.request_responses: list[tuple[str | None, dict]] = []
+        self.request_responses: "list[tuple[str | None, dict]] | RequestRows" = []
         self.why: dict[int, tuple] = {}  # debug: connection number -> why it went to the machine
 
 
@@ -628,28 +629,41 @@ _REQUEST_FIELDS = ("connection_id", "capture_id", "dialect", "direction", "chann
                    "class_id", "method_id", "arguments_json", "reply_code")
 
 
-def _requests(table, order, bounds, conns, action, closed_here, fids, ts, chunk=None) -> list[tuple]:
-    """The request matcher over the rare methods of each connection, in the runner's order (Python per rare frame).
-    ``chunk``: one connection's rows a chunk at a time, its matcher kept from one chunk to the next."""
+def _requests(table, order, bounds, conns, action, closed_here, fids, ts, chunk=None) -> "list[tuple] | RequestRows":
+    """The request matcher over the rare methods of each connection, in the runner's order. A connection whose rare
+    methods are plain pairs (``_plain_pairs``: a handshake, declares, closes, each answered before the next request)
+    has its rows made as arrays; the others go through ``RequestMatcher`` (Python per rare frame). ``chunk``: one
+    connection's rows a chunk at a time, its matcher kept from one chunk to the next (the matcher alone; rows as
+    dicts)."""
     is_method = pc.fill_null(pc.equal(table.column("frame_type"), "method"), False).to_numpy(zero_copy_only=False)
     rare = is_method & ~np.isin(action, [A_PUBLISH, A_DELIVER, A_SETTLE, A_CONFIRM])
     picked = [order[bounds[c]:bounds[c + 1]] for c in conns]
     rows = np.concatenate(picked) if picked else np.zeros(0, np.int64)
-    ends = np.cumsum([len(p) for p in picked])
     keep = rare[rows]
     rows_kept = rows[keep]
-    ends = np.cumsum([int(keep[e - len(p):e].sum()) for p, e in zip(picked, ends)])
-    fields = [f for f in _REQUEST_FIELDS if f in table.column_names]
-    values = {f: _at(table, f, rows_kept).to_pylist() for f in fields}
-    fid_list = fids(rows_kept).to_pylist()
-    records = [dict(zip(fields, row)) for row in zip(*(values[f] for f in fields))]
+    sizes = np.bincount(np.repeat(np.arange(len(picked)), [len(p) for p in picked])[keep], minlength=len(picked))
+    ends = np.cumsum(sizes).astype(np.int64)
     firsts = np.asarray(bounds, np.int64)[np.asarray(conns, np.int64)]  # each connection's first row: its ids, one take
     cids = _at(table, "connection_id", firsts).to_pylist()
     captures = _at(table, "capture_id", firsts).to_pylist() if "capture_id" in table.column_names else [None] * len(firsts)
     dialects = _at(table, "dialect", firsts).to_pylist()
+    plain = np.zeros(len(conns), bool)
+    pairs = None
+    if chunk is None and len(rows_kept):
+        plain, pairs = _plain_pairs(table, rows_kept, ends, dialects, action, closed_here, ts, fids, cids, captures)
+    slow = ~np.repeat(plain, np.diff(np.append(0, ends)))
+    rows_slow = rows_kept[slow]
+    fields = [f for f in _REQUEST_FIELDS if f in table.column_names]
+    values = {f: _at(table, f, rows_slow).to_pylist() for f in fields}
+    fid_list = fids(rows_slow).to_pylist()
+    records = [dict(zip(fields, row)) for row in zip(*(values[f] for f in fields))]
+    slow_ends = np.cumsum(np.where(plain, 0, sizes))
     out: list[tuple] = []
+    out_conn: list[int] = []
     start = 0
-    for k, end in enumerate(ends):
+    for k, end in enumerate(slow_ends.tolist()):
+        if plain[k]:
+            continue
         capture = captures[k]
         if chunk is None:
             sink = Output()
@@ -661,7 +675,7 @@ def _requests(table, order, bounds, conns, action, closed_here, fids, ts, chunk=
             matcher, sink = chunk.matcher, chunk.sink
         for j in range(start, end):
             f = records[j]
-            i = rows_kept[j]
+            i = rows_slow[j]
             n = f.get("channel") or 0
             matcher.on_method(f, (f.get("class_name"), f.get("method_name")), n, f["direction"], fid_list[j], int(ts[i]))
             if action[i] == A_CONN_CLOSE_OK:
@@ -671,9 +685,137 @@ def _requests(table, order, bounds, conns, action, closed_here, fids, ts, chunk=
         if chunk is None or chunk.final:
             matcher.finish()
         out += [(capture, r) for r in sink.request_responses]
+        out_conn += [k] * len(sink.request_responses)
         sink.request_responses.clear()
         start = end
-    return out
+    if chunk is not None:
+        return out
+    return RequestRows(out, np.array(out_conn, np.int64), pairs)
+
+
+class RequestRows:
+    """A batch's request_responses: the matcher's rows (``(capture_id, row)``, with each one's connection number)
+    and the plain pairs' columns (``_plain_pairs``), in the matcher's order: connection by connection, a
+    connection's rows in the order their requests ended."""
+
+    def __init__(self, rows: list[tuple], rows_conn: np.ndarray, pairs: "dict | None") -> None:
+        self.rows, self.rows_conn, self.pairs = rows, rows_conn, pairs
+
+    def __len__(self) -> int:
+        return len(self.rows) + (len(self.pairs["conn"]) if self.pairs else 0)
+
+    def __iter__(self) -> Iterator[tuple]:
+        """The rows as ``(capture_id, row)`` in order, the pairs' made dicts (for tests and debugging: Python per row)."""
+        rows, conn = list(self.rows), self.rows_conn
+        if self.pairs:
+            p = self.pairs
+            values = [p[key].to_pylist() for key in REQUEST_RESPONSE_KEYS]
+            rows += [(c, dict(zip(REQUEST_RESPONSE_KEYS, v))) for c, *v in zip(p["capture_id"].to_pylist(), *values)]
+            conn = np.concatenate([conn, p["conn"]])
+        return iter([rows[i] for i in np.argsort(conn, kind="stable")])
+
+    def parts(self, struct: pa.StructType, size: int) -> Iterator[tuple[pa.Array, pa.Array]]:
+        """(capture ids, rows as ``struct``) ``size`` rows at a time."""
+        from amqplens.decode.common.arrow import to_struct_array
+
+        captures = [pa.array([c for c, _ in self.rows], pa.string())]
+        values = [to_struct_array([r for _, r in self.rows], struct)]
+        conn = [self.rows_conn]
+        if self.pairs:
+            p = self.pairs
+            captures.append(p["capture_id"].cast(pa.string()))
+            values.append(pa.StructArray.from_arrays([p[f.name].cast(f.type) for f in struct], fields=list(struct)))
+            conn.append(p["conn"])
+        capture = pa.concat_arrays(captures)
+        value = pa.concat_arrays(values)
+        if len(conn) > 1 and len(conn[0]) and len(conn[1]):
+            at = pa.array(np.argsort(np.concatenate(conn), kind="stable"))
+            capture, value = capture.take(at), value.take(at)
+        for start in range(0, len(value), size):
+            yield capture.slice(start, size), value.slice(start, size)
+
+
+def _plain_pairs(table, rows_kept, ends, dialects, action, closed_here, ts, fids, cids, captures) -> tuple:
+    """Which connections' rare methods ``RequestMatcher`` would only pair, and those pairs' rows as columns.
+
+    Plain: after the methods the matcher does nothing with (neither a request, an answer nor a close; not closing a
+    channel or the connection), the connection's methods alternate request, answer: each request one the matcher
+    records (listed with responses, not no-wait: a no-wait argument that might be true, anywhere in its JSON, makes
+    the connection not plain), not closing its channel; each answer from the other side on the request's channel,
+    one of the request's responses and not itself a request; and the last answered. Then the matcher ends each
+    request by that answer and nothing else: status ``answered``-as-``REQUEST`` says, in the same order. Every other
+    connection (an unanswered request, a close cutting one off, an answer nobody asked for, ...) is the matcher's.
+    ``(plain per connection, columns of the pairs or None)``."""
+    from amqplens.lifecycle.requests import _CLOSES
+
+    n = len(rows_kept)
+    k_of = np.repeat(np.arange(len(ends)), np.diff(np.append(0, ends)))
+    cls, meth = _at(table, "class_name", rows_kept), _at(table, "method_name", rows_kept)
+    dial = pa.array([d if isinstance(d, str) else "" for d in dialects], pa.string()).take(pa.array(k_of))
+    key = pc.binary_join_element_wise(dial, cls.cast(pa.string()), meth.cast(pa.string()), "|").dictionary_encode()
+    code = pc.fill_null(key.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    names = [tuple(v.split("|")) for v in key.dictionary.to_pylist()]
+    m = len(names) + 1  # the last: a null name
+    req, ans, close, wait = (np.zeros(m, bool) for _ in range(4))
+    ok = np.zeros((m, m), bool)
+    for i, (d, c, meth_name) in enumerate(names):
+        tables = sync_tables(d)
+        name = (c, meth_name)
+        req[i], ans[i], close[i] = name in tables.responses, name in tables.answers, name in _CLOSES
+        wait[i] = name in tables.nowait
+        for j, (d2, c2, m2) in enumerate(names):
+            ok[i, j] = d2 == d and (c2, m2) in tables.responses.get(name, ())
+    code[code < 0] = m - 1
+    ends_conn = action[rows_kept] == A_CONN_CLOSE_OK
+    closing = closed_here[rows_kept] | ends_conn
+    bad_conn = np.zeros(len(ends), bool)
+    inert = ~(req[code] | ans[code] | close[code])
+    bad_conn[k_of[inert & closing]] = True  # a close among the methods the matcher skips: it may cut one off
+    if wait.any():
+        waits = wait[code]
+        json = _at(table, "arguments_json", rows_kept) if "arguments_json" in table.column_names else pa.nulls(n, pa.string())
+        maybe = pc.fill_null(pc.match_substring_regex(json.cast(pa.string()), r'"no_?wait"\s*:\s*true'), False)
+        bad_conn[k_of[waits & maybe.to_numpy(zero_copy_only=False)]] = True
+    live = np.flatnonzero(~inert)
+    lk = k_of[live]
+    first_of = np.searchsorted(lk, np.arange(len(ends)))  # each connection's first live row, in live's numbering
+    pos = np.arange(len(live)) - first_of[lk]
+    counts = np.bincount(lk, minlength=len(ends))
+    bad_conn[counts % 2 == 1] = True
+    lc = code[live]
+    even = pos % 2 == 0
+    bad_conn[lk[even & ~(req[lc] & ~closing[live])]] = True
+    odd = np.flatnonzero(~even)
+    if len(odd):
+        a, r = live[odd], live[odd - 1]  # the answer, the request before it (the same connection: counts are even)
+        channel = pc.fill_null(_at(table, "channel", rows_kept), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        direction = _at(table, "direction", rows_kept).cast(pa.string())
+        to_server = pc.equal(direction, "to_server").to_numpy(zero_copy_only=False)
+        fine = (ans[code[a]] & ~req[code[a]] & ok[code[r], code[a]] & (channel[a] == channel[r])
+                & (to_server[a] != to_server[r]))
+        bad_conn[k_of[a[~fine]]] = True
+    plain = ~bad_conn & (counts > 0)
+    pick = plain[k_of[live[odd]]] if len(odd) else np.zeros(0, bool)
+    if not pick.any():
+        return plain, None
+    a = live[odd][pick]
+    r = live[odd - 1][pick]
+    k = k_of[r]
+    names_of = pc.binary_join_element_wise(cls.cast(pa.string()), meth.cast(pa.string()), ".")
+    t_req, t_ans = ts[rows_kept[r]], ts[rows_kept[a]]
+    n_pairs = len(r)
+    status = machines.REQUEST.step("awaiting", "response").next_state
+    pairs = {
+        "conn": k, "capture_id": pa.array(captures, pa.string()).take(pa.array(k)),
+        "request_frame_id": fids(rows_kept[r]), "response_frame_id": fids(rows_kept[a]),
+        "connection_id": pa.array(cids, pa.string()).take(pa.array(k)),
+        "dialect": pa.array(dialects, pa.string()).take(pa.array(k)),
+        "channel": pa.array(channel[r]), "request": names_of.take(pa.array(r)), "response": names_of.take(pa.array(a)),
+        "request_ts_us": pa.array(t_req, pa.int64()), "response_ts_us": pa.array(t_ans, pa.int64()),
+        "latency_us": pa.array(t_ans - t_req, pa.int64()), "reply_code": pa.nulls(n_pairs, pa.int64()),
+        "error_condition": pa.nulls(n_pairs, pa.string()), "status": pa.array([status] * n_pairs, pa.string()),
+    }
+    return plain, pairs
 
 
 def warm() -> float:

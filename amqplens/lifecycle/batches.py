@@ -121,6 +121,13 @@ class LifecycleBatcher:
                 arrays += [values if f.name == kind else pa.nulls(m, f.type) for f in list(self.schema)[2:]]
                 yield pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         rows = done.request_responses
+        if hasattr(rows, "parts"):  # array091.RequestRows: the plain pairs as columns, the matcher's rows as dicts
+            for capture, values in rows.parts(self.structs["request_response"], self.batch_rows):
+                m = len(values)
+                arrays = [repeated("request_response", m), capture]
+                arrays += [values if f.name == "request_response" else pa.nulls(m, f.type) for f in list(self.schema)[2:]]
+                yield pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+            return
         for start in range(0, len(rows), self.batch_rows):
             yield _out_batch(self.schema, "request_response", rows[start:start + self.batch_rows],
                              self.structs["request_response"])

@@ -488,3 +488,71 @@ def test_column_in_of_dictionary_columns_is_arrows_is_in_of_their_values(index):
         got = column_in(table, "frame_type", wanted)
         assert got.dtype == bool and got.tolist() == expected.to_pylist(), wanted
         assert got.sum() == sum(v in wanted for v in table.column("frame_type").cast(pa.string()).to_pylist())
+
+
+def _conn(cid: str, methods: list[tuple]) -> list[dict]:
+    """A connection of rare methods (direction, class, method, channel[, arguments_json]) and one publish on channel 1
+    after the eighth (a connection with content is the array path's)."""
+    rows = []
+    for k, (direction, cls, method, channel, *args) in enumerate(methods):
+        rows.append(_frame(direction, 10 * k, 100 + 10 * k, "method", method, class_name=cls, channel=channel,
+                           connection_id=cid, arguments_json=args[0] if args else None))
+    rows += [dict(r, connection_id=cid) for r in _message("to_server", 75, 175, "publish", 1)]
+    return rows
+
+
+HANDSHAKE = [("to_client", "connection", "start", 0), ("to_server", "connection", "start-ok", 0),
+             ("to_client", "connection", "tune", 0), ("to_server", "connection", "tune-ok", 0),
+             ("to_server", "connection", "open", 0), ("to_client", "connection", "open-ok", 0),
+             ("to_server", "channel", "open", 1), ("to_client", "channel", "open-ok", 1)]
+CLOSE = [("to_server", "connection", "close", 0, '{"reply_code": 200}'), ("to_client", "connection", "close-ok", 0)]
+DECLARE = ("to_server", "exchange", "declare", 1, '{"exchange": "x", "nowait": false}')
+DECLARE_OK = ("to_client", "exchange", "declare-ok", 1)
+
+
+@pytest.mark.parametrize("name, methods, plain", [
+    ("handshake, declare, close", [*HANDSHAKE, DECLARE, DECLARE_OK, *CLOSE], True),
+    ("a no-wait declare", [*HANDSHAKE, ("to_server", "exchange", "declare", 1, '{"nowait": true}'), *CLOSE], False),
+    ("no-wait true in a nested table", [*HANDSHAKE, ("to_server", "exchange", "declare", 1,
+                                                     '{"arguments": {"nowait": true}, "nowait": false}'), DECLARE_OK, *CLOSE], False),
+    ("unreadable arguments", [*HANDSHAKE, ("to_server", "exchange", "declare", 1, '{"nowait": fal'), DECLARE_OK, *CLOSE], True),
+    ("the answer on another channel", [*HANDSHAKE, DECLARE, ("to_client", "exchange", "declare-ok", 2), *CLOSE], False),
+    ("the answer from the same side", [*HANDSHAKE, DECLARE, ("to_server", "exchange", "declare-ok", 1), *CLOSE], False),
+    ("the wrong answer", [*HANDSHAKE, DECLARE, ("to_client", "queue", "declare-ok", 1), *CLOSE], False),
+    ("no answer before the close", [*HANDSHAKE, DECLARE, *CLOSE], False),
+    ("a channel.close cutting a request off", [*HANDSHAKE, DECLARE,
+                                               ("to_client", "channel", "close", 1, '{"reply_code": 404, "class_id": 40, "method_id": 10}'),
+                                               ("to_server", "channel", "close-ok", 1), *CLOSE], False),
+    ("unanswered at the capture's end", [*HANDSHAKE, DECLARE], False),
+    ("two channels' requests crossing", [*HANDSHAKE, ("to_server", "channel", "open", 2), DECLARE,
+                                         ("to_client", "channel", "open-ok", 2), DECLARE_OK, *CLOSE], False),
+    ("methods that are neither in between", [*HANDSHAKE, ("to_client", "exchange", "frobnicate", 0),
+                                             DECLARE, ("to_server", "queue", "unknown", 1), DECLARE_OK, *CLOSE], True),
+    ("an answer nobody asked for", [*HANDSHAKE, DECLARE_OK, *CLOSE], False),
+    ("a null method name", [*HANDSHAKE, ("to_server", "exchange", None, 1), *CLOSE], True),
+])
+def test_plain_request_pairs_are_the_matchers_rows(name, methods, plain):
+    """The request/response pairs of connections whose rare methods alternate request, answer (``_plain_pairs``:
+    made as arrays) against ``RequestMatcher`` (the machine): the same rows in the same order, each case alone and
+    all of them in one batch between two plain connections; and ``plain`` says which way the case went. Bad input
+    tried: no-wait true (top level and nested), unreadable arguments, an answer on another channel, from the same
+    side, the wrong answer, none, a close cutting a request off, crossing channels, an answer with no request, a null
+    method name."""
+    def taken(table: pa.Table) -> array091.Result:  # without a frame_id column: the ids made as the ingest makes them
+        table = table.drop_columns(["frame_id"])
+        result = array091.lifecycle(fold(table.take(pc.sort_indices(table, options=_SORT)), 64), 64)
+        assert result.taken.all()
+        return result
+
+    rows = _conn("mid", methods)
+    table = _table(rows)
+    got = list(taken(table).request_responses)
+    assert sorted((r for _, r in got), key=repr) == _rows(table, False)["request_response"]
+    both = _table(_conn("a", [*HANDSHAKE, *CLOSE]) + rows + _conn("z", [*HANDSHAKE, DECLARE, DECLARE_OK, *CLOSE]))
+    result = taken(both)
+    order = [r["connection_id"] for _, r in result.request_responses]
+    assert order == sorted(order)  # connection by connection, as the matcher gives them
+    assert sorted((r for _, r in result.request_responses), key=repr) == _rows(both, False)["request_response"]
+    batch = result.request_responses
+    assert isinstance(batch, array091.RequestRows)
+    assert (batch.pairs is not None and "mid" in batch.pairs["connection_id"].to_pylist()) == plain
