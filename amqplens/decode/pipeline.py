@@ -350,7 +350,8 @@ class _FlowDecoder:
             yield self.batch(
                 "connection", len(conns),
                 meta=pa.array([ConnectionsClosed(self.frames_total).to_meta()] * len(conns), pa.string()),
-                connection=pa.array([dataclasses.asdict(c) for c in conns], CONNECTION_STRUCT),
+                # the records' own field dicts (plain values): ``dataclasses.asdict`` deep-copied each field
+                connection=pa.array([vars(c) for c in conns], CONNECTION_STRUCT),
                 facts=to_struct_array([f or {} for f in facts], self.options.facts_struct),
             )
         gaps = [_gap_row(self.capture_id, g) for g in self.reassembler.drain_gaps()]

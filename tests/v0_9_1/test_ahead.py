@@ -224,3 +224,42 @@ def test_rounds_after_damage_decode_as_the_reference(monkeypatch):
         size = int.from_bytes(stream[at + 3 : at + 7], "big")
         stream[at + size + 7] ^= 0x01
         _assert_alike(_calls(bytes(stream), to_client, rnd, 10**9))
+
+
+def test_method_frames_seen_before_give_the_reference_rows_from_the_memo(monkeypatch):
+    """The compiled path's memo of method frames decoded by Python (``stream._MEMO``): every broker fixture's
+    connection decoded twice over from an empty memo (the second time its handshake, declares and closes are memo
+    hits, their arguments copied before the facts' handlers run) gives the reference's frames, errors and facts both
+    times; the frames that carry secrets (start-ok) and the basic class are never remembered; the memo empties when
+    full and stays at most ``MEMO_ENTRIES``."""
+    from amqplens.decode.v0_9_1 import stream
+
+    class Counted(dict):
+        hits = 0
+
+        def get(self, key, default=None):
+            value = super().get(key, default)
+            Counted.hits += value is not None
+            return value
+
+    monkeypatch.setattr(stream, "_MEMO", Counted())
+    added = []
+    for calls in _recorded():
+        for _ in range(2):
+            before = len(stream._MEMO)
+            _assert_alike(calls)
+            added.append(len(stream._MEMO) - before)
+    assert sum(added[0::2]) > 0 and sum(added[1::2]) == 0  # the second decoding of each connection: hits only
+    assert Counted.hits >= 5 * len(_recorded()), Counted.hits
+    assert stream._MEMO and all(k[1][:4] not in stream._NOT_MEMO for k in stream._MEMO)
+    assert not any(k[1][:4] == b"\x00\x0a\x00\x0b" or k[1][:2] == b"\x00\x3c" for k in stream._MEMO)
+
+
+def test_the_memo_is_bounded(monkeypatch):
+    from amqplens.decode.v0_9_1 import stream
+
+    monkeypatch.setattr(stream, "MEMO_ENTRIES", 3)
+    monkeypatch.setattr(stream, "_MEMO", {})
+    for calls in _recorded()[:4]:
+        _assert_alike(calls)
+        assert len(stream._MEMO) <= 3

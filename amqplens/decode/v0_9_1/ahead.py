@@ -86,6 +86,13 @@ def catch_up(dec, held: Held, stop_at=None, interleave=None, steady_now=None) ->
     held.segments, held.bytes = [], 0
     if not segments:
         return
+    default_stop = stop_at is None
+    stop_at = stop_at or _stop_0_9_1(dec)
+    if _stops_at_once(dec, segments, stop_at):  # a short connection held whole: no columns, no directions' runs
+        held.in_order += 1
+        for segment in segments:
+            StreamDecoderBase.data(dec, *segment)
+        return
     cols = _Columns(segments)
     del segments
     interleave = interleave or _interleave
@@ -93,7 +100,7 @@ def catch_up(dec, held: Held, stop_at=None, interleave=None, steady_now=None) ->
     tries = MAX_ROUNDS
     fed_alone = False
     while True:
-        barrier = _ahead(dec, held, cols, stop_at or _stop_0_9_1(dec), interleave)
+        barrier = _ahead(dec, held, cols, stop_at, interleave)
         if barrier >= len(cols.codes):
             return
         if fed_alone is False:
@@ -109,6 +116,20 @@ def catch_up(dec, held: Held, stop_at=None, interleave=None, steady_now=None) ->
             return
         tries -= 1
         cols = cols.tail(barrier)
+        if default_stop:
+            stop_at = _stop_0_9_1(dec)  # the frame limit may have changed
+
+
+def _stops_at_once(dec, segments: list, stop_at) -> bool:
+    """Whether the barrier of a window of loose segments, too few for rounds, is its first segment (a frame not to
+    decode ahead starts it: a short connection's start-ok or tune): ``_ahead`` would decode nothing ahead, so the
+    window is fed one by one without its columns. Only a first segment at the start of its direction's frame (no
+    bytes pending) is looked at; anything else goes the long way, which decides the same."""
+    if len(segments) > ROUND_SEGMENTS or not all(type(s) is tuple for s in segments):
+        return False
+    direction, _, _, data = segments[0]
+    framer = dec._framers.get(direction)
+    return framer is not None and not framer.pending and len(data) > 0 and stop_at(direction, data) == 0
 
 
 class _Columns:

@@ -23,6 +23,7 @@ Modes:
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import cast
 
@@ -129,10 +130,10 @@ class DirectionFramer(DirectionFramerBase):
                 return pos
 
     def _scanner(self):
-        types = tuple(sorted(self.owner.frame_types))
-        if types != self._scan_types:
+        types = self.owner.frame_types
+        if types is not self._scan_types:
             self._scan_types = types
-            self._scan_re = re.compile(b"[" + b"".join(re.escape(bytes([t])) for t in types) + b"]").search
+            self._scan_re = _type_scanner(tuple(sorted(types)))
         return self._scan_re
 
     def _plausible(self, buf: bytes, q: int, n: int, final: bool) -> int:
@@ -161,3 +162,10 @@ class DirectionFramer(DirectionFramerBase):
 
 
 __all__ = ["DirectionFramer", "ErrorRegion", "START", "SYNCED", "RESYNC", "FOREIGN"]
+
+
+@functools.lru_cache(maxsize=64)
+def _type_scanner(types: tuple[int, ...]):
+    """The search for the next octet that is one of a dialect's frame types (made once per set of types: every
+    connection's to_client direction starts by searching, having no protocol header)."""
+    return re.compile(b"[" + b"".join(re.escape(bytes([t])) for t in types) + b"]").search

@@ -36,6 +36,25 @@ from amqplens.decode.v0_9_1.rows import FRAME_TEMPLATE, promote, to_json
 # method ids (class 10) whose frames carry secrets: start-ok, secure-ok, update-secret
 _SECRET_METHODS = (b"\x00\x0a\x00\x0b", b"\x00\x0a\x00\x15", b"\x00\x0a\x00\x46")
 
+# The compiled path's memo of method frames decoded by Python: real load repeats the same handshakes, declares and
+# closes connection after connection (the same client library, broker, vhost and names), so a payload seen before
+# gives its arguments (copied where the facts' handlers may redact them), promoted columns and JSON without being
+# decoded again. Keyed by the dialect's tables, the payload and the redaction settings (the JSON is the arguments
+# after the facts redacted them); at most MEMO_ENTRIES payloads of at most MEMO_BYTES (emptied when full). Not
+# remembered: the frames that carry secrets (held no longer than their row needs) and the basic class (its hot
+# methods' tags and its consumers' names vary frame by frame: they would only churn the memo). The reference
+# (``decode.compiled=off``) decodes every frame; the tests compare the two.
+MEMO_ENTRIES = 2048
+MEMO_BYTES = 1024
+_NOT_MEMO = frozenset(_SECRET_METHODS) | frozenset(b"\x00\x3c" + bytes([0, m]) for m in range(256))
+_MEMO: dict[tuple, tuple] = {}
+
+
+def _remember(key: tuple, value: tuple) -> None:
+    if len(_MEMO) >= MEMO_ENTRIES:
+        _MEMO.clear()
+    _MEMO[key] = value
+
 
 class Amqp091StreamDecoder(StreamDecoderBase):
     """Decode one connection of the 0-8 / 0-9 / 0-9-1 family from its two byte streams.
@@ -211,7 +230,17 @@ class Amqp091StreamDecoder(StreamDecoderBase):
 
     # -- rows -------------------------------------------------------------------------------
     def _method(self, row: dict, direction: str, channel: int, payload: memoryview, oob: bool = False) -> None:
-        key, args, error = self.tables.decode_method(payload)
+        memo_key = cached = None
+        if self.hot_kernel is not None and not oob and len(payload) <= MEMO_BYTES and bytes(payload[:4]) not in _NOT_MEMO:
+            facts = self._facts
+            memo_key = (self.tables, bytes(payload), facts.redaction_key, facts.redact_secrets)
+            cached = _MEMO.get(memo_key)
+        if cached is None:
+            key, args, error = self.tables.decode_method(payload)
+            template = dict(args) if memo_key is not None and args is not None else None  # before the facts redact
+        else:
+            key, template, error = cached[:3]
+            args = template
         meta = self.tables.methods.get(key) if key is not None else None
         class_id = None
         if key is not None:
@@ -222,14 +251,26 @@ class Amqp091StreamDecoder(StreamDecoderBase):
             row["method_name"] = meta.method_name
             # facts and _after_method look at connection-class methods only (FACT_CLASSES: from the facts' handlers)
             if args is not None and not oob and meta.class_name in FACT_CLASSES:
+                if cached is not None:
+                    args = dict(cast(dict, template))  # the facts' handlers set top-level arguments only
                 self._facts.on_method(direction, meta.class_name, meta.method_name, args)  # may redact args
                 self._after_method(direction, meta, args, row["stream_offset"] + row["size"])
             if not oob:
                 # meta is found by key, so class_id is set
                 row["message_seq"] = self._content[direction].on_method(channel, cast(int, class_id), meta.content)
-        if args is not None:
-            promote(row, args, self.tables.promoted.get(key))
+        if cached is not None:
+            if args is not None:
+                row.update(cached[3])
+                row["arguments_json"] = cached[4]
+        elif args is not None:
+            promoted: dict = {}
+            promote(promoted, args, self.tables.promoted.get(key))
+            row.update(promoted)
             row["arguments_json"] = to_json(args)
+            if memo_key is not None:
+                _remember(memo_key, (key, template, error, promoted, row["arguments_json"]))
+        elif memo_key is not None:
+            _remember(memo_key, (key, None, error, None, None))
         row["decode_error"] = error or channel_rule("method", channel, class_id)
 
     def _after_method(self, direction: str, meta: MethodSpec, args: dict, end_offset: int) -> None:
