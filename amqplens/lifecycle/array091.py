@@ -724,7 +724,9 @@ class RequestRows:
         if self.pairs:
             p = self.pairs
             captures.append(p["capture_id"].cast(pa.string()))
-            values.append(pa.StructArray.from_arrays([p[f.name].cast(f.type) for f in struct], fields=list(struct)))
+            n = len(p["conn"])
+            values.append(pa.StructArray.from_arrays(
+                [p[f.name].cast(f.type) if f.name in p else pa.nulls(n, f.type) for f in struct], fields=list(struct)))
             conn.append(p["conn"])
         capture = pa.concat_arrays(captures)
         value = pa.concat_arrays(values)
@@ -743,7 +745,7 @@ def _plain_pairs(table, rows_kept, ends, dialects, action, closed_here, ts, fids
     records (listed with responses, not no-wait: a no-wait argument that might be true, anywhere in its JSON, makes
     the connection not plain), not closing its channel; each answer from the other side on the request's channel,
     one of the request's responses and not itself a request; and the last answered. Then the matcher ends each
-    request by that answer and nothing else: status ``answered``-as-``REQUEST`` says, in the same order. Every other
+    request by that answer and nothing else, with the status ``machines.REQUEST`` gives a response, in the same order. Every other
     connection (an unanswered request, a close cutting one off, an answer nobody asked for, ...) is the matcher's.
     ``(plain per connection, columns of the pairs or None)``."""
     from amqplens.lifecycle.requests import _CLOSES
@@ -752,9 +754,9 @@ def _plain_pairs(table, rows_kept, ends, dialects, action, closed_here, ts, fids
     k_of = np.repeat(np.arange(len(ends)), np.diff(np.append(0, ends)))
     cls, meth = _at(table, "class_name", rows_kept), _at(table, "method_name", rows_kept)
     dial = pa.array([d if isinstance(d, str) else "" for d in dialects], pa.string()).take(pa.array(k_of))
-    key = pc.binary_join_element_wise(dial, cls.cast(pa.string()), meth.cast(pa.string()), "|").dictionary_encode()
+    key = pc.binary_join_element_wise(dial, cls.cast(pa.string()), meth.cast(pa.string()), "\x00").dictionary_encode()
     code = pc.fill_null(key.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
-    names = [tuple(v.split("|")) for v in key.dictionary.to_pylist()]
+    names = [(v.split("\x00", 2) + ["", ""])[:3] for v in key.dictionary.to_pylist()]  # (dialect, class, method)
     m = len(names) + 1  # the last: a null name
     req, ans, close, wait = (np.zeros(m, bool) for _ in range(4))
     ok = np.zeros((m, m), bool)
@@ -788,7 +790,8 @@ def _plain_pairs(table, rows_kept, ends, dialects, action, closed_here, ts, fids
     odd = np.flatnonzero(~even)
     if len(odd):
         a, r = live[odd], live[odd - 1]  # the answer, the request before it (the same connection: counts are even)
-        channel = pc.fill_null(_at(table, "channel", rows_kept), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        channel = (pc.fill_null(_at(table, "channel", rows_kept), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+                   if "channel" in table.column_names else np.zeros(n, np.int64))
         direction = _at(table, "direction", rows_kept).cast(pa.string())
         to_server = pc.equal(direction, "to_server").to_numpy(zero_copy_only=False)
         fine = (ans[code[a]] & ~req[code[a]] & ok[code[r], code[a]] & (channel[a] == channel[r])
