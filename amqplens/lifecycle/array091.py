@@ -24,7 +24,9 @@ connection the moment it meets something else, and its rows are then the machine
 - channel close-ok, connection.close, close-ok and the capture's end: outstanding deliveries and publishes
   ended as the machine ends them;
 - every other method (connection.*, channel open/close, declares, bindings, ...) only as far as the endpoint
-  machine and the request matcher see it: ``RequestMatcher`` (requests.py) runs on those frames in Python.
+  machine and the request matcher see it: a connection whose rare methods alternate request, answer has its
+  request_responses made as columns (``_plain_pairs``); ``RequestMatcher`` (requests.py) runs on the others'
+  rare frames in Python.
 
 The delivery and publish outcomes come from the machines' own tables (``machines.PUBLISH``, ``DELIVER``,
 ``ENDPOINT`` as arrays), so a changed rule there changes both paths. The frames are handled in the order
