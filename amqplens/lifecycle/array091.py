@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from amqplens.decode.common.arrow import repeated
 from amqplens.decode.detect import FAMILY_0_9_1
 from amqplens.lifecycle import machines
 from amqplens.lifecycle.amqp091 import ENDPOINT_EVENT
@@ -818,7 +819,7 @@ def _plain_pairs(table, rows_kept, ends, dialects, action, closed_here, ts, fids
         "channel": pa.array(channel[r]), "request": names_of.take(pa.array(r)), "response": names_of.take(pa.array(a)),
         "request_ts_us": pa.array(t_req, pa.int64()), "response_ts_us": pa.array(t_ans, pa.int64()),
         "latency_us": pa.array(t_ans - t_req, pa.int64()), "reply_code": pa.nulls(n_pairs, pa.int64()),
-        "error_condition": pa.nulls(n_pairs, pa.string()), "status": pa.array([status] * n_pairs, pa.string()),
+        "error_condition": pa.nulls(n_pairs, pa.string()), "status": repeated(status, n_pairs),
     }
     return plain, pairs
 

@@ -114,19 +114,13 @@ class LifecycleBatcher:
         for kind, parts in (("delivery", done.deliveries), ("flow_event", done.flow_events)):
             struct = self.structs[kind]
             for part in parts(self.batch_rows):
-                m = part.num_rows
                 values = pa.StructArray.from_arrays([part.column(f.name).combine_chunks().cast(f.type) for f in struct],
                                                     fields=list(struct))
-                arrays = [repeated(kind, m), part.column("capture_id").combine_chunks()]
-                arrays += [values if f.name == kind else pa.nulls(m, f.type) for f in list(self.schema)[2:]]
-                yield pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+                yield _kind_batch(self.schema, kind, part.column("capture_id").combine_chunks(), values)
         rows = done.request_responses
         if hasattr(rows, "parts"):  # array091.RequestRows: the plain pairs as columns, the matcher's rows as dicts
             for capture, values in rows.parts(self.structs["request_response"], self.batch_rows):
-                m = len(values)
-                arrays = [repeated("request_response", m), capture]
-                arrays += [values if f.name == "request_response" else pa.nulls(m, f.type) for f in list(self.schema)[2:]]
-                yield pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+                yield _kind_batch(self.schema, "request_response", capture, values)
             return
         for start in range(0, len(rows), self.batch_rows):
             yield _out_batch(self.schema, "request_response", rows[start:start + self.batch_rows],
@@ -165,8 +159,13 @@ def lifecycle_batches(
 
 
 def _out_batch(schema: pa.Schema, kind: str, chunk: list, struct: pa.StructType) -> pa.RecordBatch:
-    n = len(chunk)
-    arrays = [repeated(kind, n), pa.array([c for c, _ in chunk], pa.string())]
-    for field in list(schema)[2:]:
-        arrays.append(to_struct_array([r for _, r in chunk], struct) if field.name == kind else pa.nulls(n, field.type))
+    return _kind_batch(schema, kind, pa.array([c for c, _ in chunk], pa.string()),
+                       to_struct_array([r for _, r in chunk], struct))
+
+
+def _kind_batch(schema: pa.Schema, kind: str, capture: pa.Array, values: pa.Array) -> pa.RecordBatch:
+    """An output batch of one kind: its capture ids and its struct column, the other kinds' columns null."""
+    n = len(values)
+    arrays = [repeated(kind, n), capture]
+    arrays += [values if f.name == kind else pa.nulls(n, f.type) for f in list(schema)[2:]]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
