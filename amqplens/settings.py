@@ -347,10 +347,13 @@ class LifecycleSettings(_Section):
         "about 400 bytes a frame at the peak), but a task given one connection of more than `chunk_frames` frames "
         "holds a chunk of it at a time")
     chunk_frames: Annotated[int, *Int(0)] = setting(
-        131_072, "a direct `lifecycle` task does a 0-9-1 connection of more frames than this a chunk of about this many "
-        "frames at a time (read, sorted, folded and passed from arrays, the pass's state carried from one chunk to "
-        "the next), so that it holds a chunk, not the connection; a connection the array pass does not model is "
-        "then done whole, as below. 0: every connection whole. Same rows either way")
+        65_536, "a 0-9-1 connection of more frames than this is done a chunk of about this many frames at a time "
+        "(sorted, folded and passed from arrays, the pass's state carried from one chunk to the next), so that a task "
+        "holds a chunk, not the connection: by the ingest's decode tasks as the frames come (the fused lifecycle; also "
+        "a connection of 4,096 frames or more once the frames held reach a sixteenth of `fused_max_held_frames`, "
+        "before they are projected), and by a direct `lifecycle` task given one connection as it reads it. A "
+        "connection the array pass does not model, or whose times go back or that has no place to cut, is done "
+        "whole (by the job where the ingest had passed a chunk of it). 0: every connection whole. Same rows either way")
     max_connection_frames: Annotated[int, *Int(1)] = setting(
         4_000_000, "the `lifecycle` job's direct tasks hold a connection whole where it is not done in chunks "
         "(`chunk_frames`: one the array pass does not model, or one sharing its task): a worker then peaks at about "

@@ -71,7 +71,10 @@ def decode_stage(table: pa.Table, compiled: str, root: str, chunk: int | None = 
 
 
 def lifecycle_stage(events: list, root: str, fold: bool = True) -> tuple[float, dict]:
-    fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=8192, fold_content=fold, arrays=fold)
+    from amqplens.config import load_config
+
+    fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=8192, fold_content=fold, arrays=fold,
+                                chunk_frames=load_config()["lifecycle.chunk_frames"])
     life = lifecycle.LifecycleWriters({k: StagedTable(t.name, root, "bench") for k, t in lifecycle.OUTPUTS}, 0)
     kept: dict[str, list] = {}
     t0 = time.process_time()

@@ -265,7 +265,8 @@ def read_counted_splits(batches, options: pipeline.Options, read_bytes=None):
 
 def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, StagedTable], task: int | None = None,
                      frames_decoded=None, lifecycle_staged: dict[str, StagedTable] | None = None,
-                     max_held_frames: int | None = None, lifecycle_compiled: bool = True, progress=None):
+                     max_held_frames: int | None = None, lifecycle_compiled: bool = True, progress=None,
+                     chunk_frames: int = 0):
     """``pipeline.decode_flows``, with its frames, connections and errors written to their tables' staging folders
     by this task.
 
@@ -282,7 +283,8 @@ def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, Stage
     connection at a time, and their rows to those folders; a capture they
     raised on gets a ``lifecycle_failed`` row (meta: why) instead of being committed. ``progress`` (a
     ``fused.TaskProgress``, the direct tasks'): what the task has read of its captures, from which the fused
-    lifecycle gives a capture of long connections to the job early (``max_held_frames``).
+    lifecycle gives a capture of long connections to the job early (``max_held_frames``). ``chunk_frames``: a 0-9-1
+    connection holding more frames than this is done a chunk at a time as its frames come (``fused``; 0: never).
     """
     import pyarrow as pa
 
@@ -295,7 +297,8 @@ def decode_and_stage(batches, options: pipeline.Options, staged: dict[str, Stage
         from amqplens.lifecycle.fused import ConnectionLifecycle
 
         fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=options.batch_rows, max_held_rows=max_held_frames,
-                                    fold_content=lifecycle_compiled, arrays=lifecycle_compiled, progress=progress)
+                                    fold_content=lifecycle_compiled, arrays=lifecycle_compiled, progress=progress,
+                                    chunk_frames=chunk_frames)
         life = lifecycle.LifecycleWriters(lifecycle_staged, task)
     for out in pipeline.decode_flows(batches, options):
         kind = out.column(0)[0].as_py() if out.num_rows else None
@@ -560,7 +563,8 @@ def _ingest(spark, conf: Config, store: TableStore, todo: list[CaptureFile], uni
     decode = functools.partial(decode_and_stage, options=options, staged=staged,
                                frames_decoded=progress.counter(spark, "frames"), lifecycle_staged=lifecycle_staged,
                                max_held_frames=conf["lifecycle.fused_max_held_frames"],
-                               lifecycle_compiled=conf["lifecycle.compiled"] != "off")
+                               lifecycle_compiled=conf["lifecycle.compiled"] != "off",
+                               chunk_frames=conf["lifecycle.chunk_frames"])
     flows = None
     if split_rows:
         tasks = pack_splits(split_rows, conf["capture.min_split_size"], spark.sparkContext.defaultParallelism)

@@ -30,7 +30,8 @@ import pyarrow as pa
 from amqplens.decode import __version__
 from amqplens.decode.common.arrow import repeated
 from amqplens.lifecycle.batches import FRAME_COLUMNS, lifecycle_batches
-from amqplens.lifecycle.fused import SORT_KEYS, sorted_lifecycle, sorted_table_lifecycle
+from amqplens.lifecycle.chunks import SORT_KEYS
+from amqplens.lifecycle.fused import sorted_lifecycle, sorted_table_lifecycle
 from amqplens.config import Config
 from amqplens.lake.store import TableStore
 from amqplens.logs import FRAMELESS_FORMATS
@@ -270,25 +271,17 @@ def direct_task(plans, root: str, read: list[str], fields: list[pa.Field], fn, s
 CHUNKED_TASK = 1 << 20  # a chunked connection's files are named by its task number plus this (dropped if it falls back)
 
 
-class _Unchunked(Exception):
-    """The connection cannot be done a chunk at a time (it is then done whole)."""
-
-
 def chunked_connection(data, columns: list[str], where, single: str, fields: list[pa.Field],
                        staged: dict[str, StagedTable], chunk_frames: int) -> list[tuple[str, StagedFile]] | None:
     """A direct task's one 0-9-1 connection a chunk of about ``chunk_frames`` frames at a time: read in the files'
-    order (the decoder's: times never go back), each chunk sorted, folded (``fold``) and passed from arrays
-    (``array091.ConnectionPass``, which carries the pass's state to the next chunk), its rows written. The files
-    written, or None (and nothing written) where the connection cannot be done so: the array pass does not model
-    it, its times go back across chunks, its offsets do not rise, its dialect changes or is not of the 0-9-1 family,
-    a row lacks a time, offset or direction, or no place to cut comes within four chunks. The whole path then
-    does it, with the same rows either way (``tests/lifecycle/test_chunked_task.py``).
-
-    A chunk ends where the time rises and no message is open in either direction (so a folded message never spans
-    two, and the runner's order of the connection is the chunks' orders one after the other), at a time no row not
-    read yet can come before."""
+    order (the decoder's: times never go back), cut into sorted chunks (``chunks.ChunkCutter``), each folded and
+    passed from arrays (``array091.ConnectionPass``, which carries the pass's state to the next chunk), its rows
+    written. The files written, or None (and nothing written) where the connection cannot be done so (the array pass
+    does not model it, or ``chunks.Unchunked``): the whole path then does it, with the same rows either way
+    (``tests/lifecycle/test_chunked_task.py``)."""
     from amqplens.lifecycle.array091 import ConnectionPass
     from amqplens.lifecycle.batches import LifecycleBatcher
+    from amqplens.lifecycle.chunks import Unchunked, folded_chunk
     from amqplens.lifecycle.runner import LifecycleOptions
 
     options = LifecycleOptions()
@@ -297,14 +290,14 @@ def chunked_connection(data, columns: list[str], where, single: str, fields: lis
     pass_ = ConnectionPass(options.reorder_window, options.max_pending_returns)
     try:
         for chunk, final in _connection_chunks(data, columns, where, single, fields, chunk_frames):
-            done = pass_.feed(_folded_chunk(chunk, options.reorder_window), final)
+            done = pass_.feed(folded_chunk(chunk, options.reorder_window), final)
             del chunk
             if done is None:
-                raise _Unchunked("not modelled")
+                raise Unchunked("not modelled")
             for batch in out.arrays(done):
                 writers.write(batch)
             del done
-    except _Unchunked as why:
+    except Unchunked as why:
         log.info("lifecycle: connection %s done whole (%s)", single, why)
         writers.discard()
         return None
@@ -314,98 +307,29 @@ def chunked_connection(data, columns: list[str], where, single: str, fields: lis
     return writers.close()
 
 
-def _folded_chunk(chunk: pa.Table, window: int) -> pa.Table:
-    """A sorted chunk folded (``fold``), with the fold's columns (null) where nothing in it folded."""
-    from amqplens.lifecycle.fold import FOLD_COLUMNS, fold, plain_table
-
-    folded = plain_table(fold(chunk, window))
-    types = {"fold_frame_ids": pa.list_(pa.string()), "fold_properties_json": pa.string(), "fold_body_size": pa.int64(),
-             "fold_body_sha256": pa.string()}
-    for name in FOLD_COLUMNS:
-        if name not in folded.column_names:
-            folded = folded.append_column(pa.field(name, types[name]), pa.nulls(folded.num_rows, types[name]))
-    return folded
-
-
 def _connection_chunks(data, columns: list[str], where, single: str, fields: list[pa.Field], chunk_frames: int):
     """``(chunk, final)``: the connection's rows a sorted chunk at a time (``chunked_connection``); raises
-    ``_Unchunked``."""
+    ``chunks.Unchunked``."""
     import numpy as np
-    import pyarrow.compute as pc
 
-    from amqplens.decode.detect import FAMILY_0_9_1
-    from amqplens.lifecycle.fold import column_in, lean, plain
+    from amqplens.lifecycle.chunks import ChunkCutter
+    from amqplens.lifecycle.fold import lean
 
-    held: list[pa.Table] = []  # rows read, not yet in a chunk
-    held_rows = 0
-    floor = None  # the time every row read from now on must reach: the last chunk's cut
-    last_offset = [-1, -1]  # per direction (to_server, to_client): the last chunk's highest stream offset
-    dialect = None
-
-    def chunk_of(rows: pa.Table, upto: int | None):
-        """The sorted rows up to a cut (None: all), as the next chunk; the rest stays held."""
-        nonlocal dialect
-        part = rows if upto is None else rows.slice(0, upto)
-        names = pc.unique(plain(part.column("dialect"))).to_pylist()
-        if len(names) != 1 or names[0] not in FAMILY_0_9_1 or dialect not in (None, names[0]):
-            raise _Unchunked(f"dialects {names}")
-        dialect = names[0]
-        to_client = column_in(part, "direction", ["to_client"])
-        offsets = pc.fill_null(part.column("stream_offset"), 0).to_numpy()
-        for d in (0, 1):
-            mine = offsets[to_client == bool(d)]
-            if len(mine):
-                if mine.min() <= last_offset[d]:
-                    raise _Unchunked("offsets do not rise")
-                last_offset[d] = int(mine.max())
-        return part
-
+    cutter = ChunkCutter(chunk_frames)
     for table in _row_group_tables(data, columns, where):
         table = lean(table)
         if not table.num_rows:
             continue
-        if any(table.column(c).null_count for c in ("ts", "stream_offset", "direction")) or not column_in(
-                table, "direction", ["to_server", "to_client"]).all():
-            raise _Unchunked("a row without a time, offset or direction")
-        ts = table.column("ts").cast(pa.int64()).to_numpy()
-        if floor is not None and ts.min() < floor:
-            raise _Unchunked("times go back")
         n = table.num_rows
         table = table.append_column("connection_id", pa.DictionaryArray.from_arrays(
             pa.array(np.zeros(n, np.int32)), pa.array([single], pa.string())))
         for f in fields:
             table = table.append_column(f, pa.nulls(n, f.type))
-        held.append(table)
-        held_rows += n
-        if held_rows < chunk_frames:
-            continue
-        rows = _sorted(pa.concat_tables(held))
-        held = []
-        cut = _cut(rows, int(ts[-1]))  # no row still to read is earlier than the last one read
-        if cut is None:
-            if held_rows >= 4 * chunk_frames:
-                raise _Unchunked("no place to cut")
-            held = [rows]
-            continue
-        floor = int(rows.column("ts").cast(pa.int64())[cut].as_py())
-        # the rows after the cut copied (a few), so that the chunk's buffers go with the chunk
-        held = [pa.Table.from_batches(rows.slice(cut).to_batches()).combine_chunks()]
-        held_rows = held[0].num_rows
-        yield chunk_of(rows, cut), False
-        del rows
-    # the rows after the last cut (never none after one: a cut leaves a row at least) are the last chunk
-    if not held_rows:
-        raise _Unchunked("no rows")
-    yield chunk_of(_sorted(pa.concat_tables(held)), None), True
-
-
-def _sorted(rows: pa.Table) -> pa.Table:
-    """A connection's rows in the lifecycle's order (``read_sorted``'s)."""
-    import pyarrow.compute as pc
-
-    from amqplens.lifecycle.fused import sort_options
-
-    return _in_order(rows, pc.sort_indices(_sort_keys(rows), options=sort_options()))
+        chunk = cutter.add(table)
+        if chunk is not None:
+            yield chunk, False
+            del chunk
+    yield cutter.last(), True
 
 
 def _row_group_tables(data, columns: list[str], where):
@@ -419,35 +343,6 @@ def _row_group_tables(data, columns: list[str], where):
             continue
         for group in groups:  # the dataset's schema: a column the file left out (``staging._Slot``) reads as nulls
             yield fragment.subset(row_group_ids=[group.id]).to_table(schema=data.schema, columns=columns, filter=where)
-
-
-def _cut(rows: pa.Table, latest: int) -> int | None:
-    """The last place in sorted ``rows`` where a chunk may end: the time rises there, to no later than ``latest``,
-    and in neither direction is a message open (a basic.publish, deliver or get-ok whose content has not come to
-    the frame with the body's hash; heartbeats change nothing). None where there is none."""
-    import numpy as np
-
-    from amqplens.lifecycle.fold import column_in, column_valid
-
-    n = rows.num_rows
-    ts = rows.column("ts").cast(pa.int64()).to_numpy()
-    to_client = column_in(rows, "direction", ["to_client"])
-    method = column_in(rows, "frame_type", ["method"])
-    content = column_in(rows, "frame_type", ["header", "body"])
-    opens = method & column_in(rows, "class_name", ["basic"]) & column_in(rows, "method_name", ["publish", "deliver", "get-ok"])
-    opens |= content & ~column_valid(rows, "body_sha256")
-    changes = ~column_in(rows, "frame_type", ["heartbeat"])
-    index = np.arange(n)
-    open_before = np.ones(n + 1, bool)  # at place p: no message open in either direction before it
-    for d in (False, True):
-        last = np.maximum.accumulate(np.where(changes & (to_client == d), index, -1))
-        open_d = np.zeros(n + 1, bool)
-        open_d[1:] = np.where(last >= 0, opens[np.maximum(last, 0)], False)
-        open_before &= ~open_d
-    ok = np.zeros(n, bool)
-    ok[1:] = (ts[1:] > ts[:-1]) & (ts[1:] <= latest) & open_before[1:n]
-    places = np.flatnonzero(ok)
-    return int(places[-1]) if len(places) else None
 
 
 # the frames' text columns whose values repeat down a connection, read dictionary-encoded by the direct tasks (as
@@ -475,9 +370,6 @@ def _row_groups(store: TableStore, groups: dict[str, list[int]]):
     return ds.FileSystemDataset(parts, data.schema, data.format, data.filesystem)
 
 
-SLICED_RUNS = 64  # read_sorted: at most this many runs in order already are put together as slices, not copied
-
-
 def read_sorted(data, columns: list[str], where, single: str | None = None, each=None) -> pa.Table:
     """The rows of ``data`` (a pyarrow dataset) ``where`` keeps, sorted as the lifecycle sorts a partition, taken a
     column at a time, each source column let go once taken: the frames and one column more are held, not the frames
@@ -487,8 +379,8 @@ def read_sorted(data, columns: list[str], where, single: str | None = None, each
     batch), applied as it is read (``fold.lean``)."""
     import numpy as np
     import pyarrow.compute as pc
+    from amqplens.lifecycle.chunks import in_order, sort_keys, sort_options
     from amqplens.lifecycle.fold import Handed
-    from amqplens.lifecycle.fused import sort_options
 
     # two batches of read-ahead: Arrow's default (16 batches, 4 files) read the 2 GB capture's largest task in 3.8 s
     # against 1.4 s, holding more of the rows the filter drops
@@ -501,53 +393,10 @@ def read_sorted(data, columns: list[str], where, single: str | None = None, each
     if single is not None:
         table = table.append_column("connection_id", pa.DictionaryArray.from_arrays(
             pa.array(np.zeros(table.num_rows, np.int32)), pa.array([single], pa.string())))
-    order = pc.sort_indices(_sort_keys(table), options=sort_options())
+    order = pc.sort_indices(sort_keys(table), options=sort_options())
     handed = Handed(table)
     del table
-    return _in_order(handed, order)
-
-
-def _in_order(rows, order: pa.Array) -> pa.Table:
-    """``rows`` (a table, or a ``fold.Handed`` one, let go as taken) in the ``order`` of its row numbers.
-
-    In order already (a task of one connection, a chunk of one: every chunk of the 2 GB load capture's connections
-    was), or a few runs of rows in order already (each connection is written in its sorted order): the sorted table
-    as slices of the one given, no copy (the copies were 297 of 2,354 samples of the 2 GB capture's job; a chunked
-    connection's take of each chunk 11.9% of the lifecycle job's samples). Not for many runs: a task of 10,000 short
-    connections made so took 18.9 CPU s against 4.9 (a slice of a table of thousands of chunks, and what each group
-    does per chunk)."""
-    import numpy as np
-
-    from amqplens.lifecycle.fold import Handed
-
-    table = rows.table if isinstance(rows, Handed) else rows
-    at = order.to_numpy()
-    if not len(at):
-        return table
-    starts = np.flatnonzero(np.r_[True, np.diff(at) != 1])
-    if len(starts) <= SLICED_RUNS:
-        ends = np.append(starts[1:], len(at))
-        return pa.concat_tables([table.slice(int(at[s]), int(e - s)) for s, e in zip(starts, ends)])
-    del table
-    return rows.take_rows(order) if isinstance(rows, Handed) else rows.take(order)
-
-
-def _sort_keys(table: pa.Table) -> pa.Table:
-    """The sort's keys of ``table`` (``sort_options``), a dictionary-encoded one as the rank of its value (Arrow's
-    sort takes no dictionaries): the same order (a null first, as a null ranks -1)."""
-    import numpy as np
-    import pyarrow.compute as pc
-
-    keys = {}
-    for name in ("connection_id", *SORT_KEYS):
-        column = table.column(name)
-        if pa.types.is_dictionary(column.type):
-            column = column.unify_dictionaries().combine_chunks()  # one array, one dictionary
-            rank = np.append(pc.rank(column.dictionary, "ascending").to_numpy().astype(np.int32), np.int32(-1))
-            codes = pc.fill_null(column.indices, -1).to_numpy().astype(np.int64)
-            column = pa.array(rank[codes])
-        keys[name] = column
-    return pa.table(keys)
+    return in_order(handed, order)
 
 
 def _direct_machines(frames, fields: list[pa.Field], **kwargs):

@@ -17,6 +17,18 @@ decoder streams through a flow) and fewer than ``batch_rows`` frames of whole
 ones: bounded by the largest connection, not by the task; and only the columns
 the machines read, those a batch leaves all null not at all.
 
+A 0-9-1 connection that holds ``chunk_frames`` frames (or 4,096 once the task's
+held frames are about to be projected to its captures' ends) is not held to its
+end: its frames go to a ``chunks.ChunkCutter`` as they come, and each sorted chunk
+it cuts is folded and passed from arrays by an ``array091.ConnectionPass`` of its
+own, which carries the pass's state to the next chunk. So a long connection costs
+the task a chunk, not the connection (the 300 MB load capture's largest ingest
+worker 815 -> 549 MiB), and a capture of long connections stays fused instead of
+being left to the lifecycle job. One the pass does not model from its first chunk
+is held whole after all; one that cannot go on after a chunk was passed (its times
+go back, no place to cut, a method the pass does not model) leaves its capture to
+the job.
+
 The rows are those of ``lifecycle_batches`` on the same frames, in another
 order (``tests/lifecycle/test_fused.py``, ``tests/e2e/test_fused_lifecycle.py``).
 A capture on which the machines raise, or whose frames break the contract above
@@ -40,24 +52,24 @@ import pyarrow.compute as pc
 
 from amqplens.lifecycle.batches import FRAME_COLUMNS, LifecycleBatcher
 from amqplens.lifecycle import array091, array10
+from amqplens.lifecycle.chunks import SORT_KEYS, ChunkCutter, Unchunked, folded_chunk, sort_options
 from amqplens.lifecycle.fold import FOLD_COLUMNS, Handed, Kept, fold, lean, with_frame_ids
 from amqplens.lifecycle.runner import LifecycleOptions
-from amqplens.decode.common.arrow import use_task_memory_pool
+from amqplens.decode.common.arrow import release_memory, use_task_memory_pool
 from amqplens.decode.common.reports import ConnectionsClosed
 
 log = logging.getLogger(__name__)
 
 COMPACT_PARTS = 16  # a held connection's slices of decoder batches copied into one batch of its own at this many
 READ_COLUMNS = (*FRAME_COLUMNS, "ts")  # what the machines read, as the frames table holds it (ts, not ts_us)
-# the lifecycle job's sortWithinPartitions after its shuffle by connection_id (amqplens/jobs/lifecycle.py), after connection_id;
-# the last key only orders the two directions' frames of equal time and offset, so the order never depends on the input's
-SORT_KEYS = ("ts", "stream_offset", "direction")
 
 
 
 # the held frames are projected to a capture's end (``TaskProgress``) once they are this fraction of the limit: fewer
 # are too few to tell long connections (held to the end) from short ones
 PROJECT_FROM = 16
+# ... but first, a connection holding this many is done a chunk at a time (``chunk_frames``) from then on
+CUT_BEFORE_PROJECTING = 4096
 
 
 class TaskProgress:
@@ -88,7 +100,7 @@ class ConnectionLifecycle:
                  request_response_struct: pa.StructType, options: LifecycleOptions = LifecycleOptions(),
                  batch_rows: int = 8192, max_held_rows: int | None = None, fold_content: bool = True,
                  arrays: bool = True, max_connection_rows: int | None = None, strict: bool = False,
-                 progress: "TaskProgress | None" = None) -> None:
+                 progress: "TaskProgress | None" = None, chunk_frames: int = 0) -> None:
         use_task_memory_pool()
         # the lifecycle job (``sorted_frames``): a connection of more frames goes to the machines as it comes, not held
         self.max_connection_rows = max_connection_rows
@@ -116,6 +128,14 @@ class ConnectionLifecycle:
         self.capture_of: dict[str, str] = {}  # connection -> capture, while held or ready
         self.seen: collections.Counter = collections.Counter()  # capture -> frame rows received
         self.waiting: dict[str, collections.deque] = collections.defaultdict(collections.deque)  # capture -> (through, ids)
+        # a 0-9-1 connection holding more frames than this is done a chunk at a time as its frames come (``chunks``;
+        # the folding and the array pass only), so that the task holds a chunk of it, not the connection; 0: never
+        self.chunk_frames = chunk_frames if fold_content and arrays and not strict else 0
+        self.rows_of: collections.Counter = collections.Counter()  # connection -> its frames in ``held``
+        self.cutting: dict[str, _Cutting] = {}  # connections done a chunk at a time
+        self.whole_only: set[str] = set()  # connections that cannot be (held whole)
+        self.finals: list[str] = []  # connections done a chunk at a time that are whole, their last chunk not done
+        self.chunked = 0  # connections done a chunk at a time to their end (the tests' and the logs' count)
         self.ready: dict[str, list[pa.RecordBatch]] = {}  # whole connections not fed yet
         self.ready_rows = 0
         self.done: set[str] = set()  # connections whole
@@ -125,7 +145,7 @@ class ConnectionLifecycle:
         """One frame batch of ``capture_id`` (the frames table's columns, in the decoder's order)."""
         self.seen[capture_id] += batch.num_rows
         if capture_id not in self.failed and batch.num_rows:
-            self._hold(capture_id, batch)
+            yield from self._hold(capture_id, batch)
         yield from self._whole(capture_id)
 
     def closed(self, capture_id: str, connection_ids: list[str], meta: list[str | None]) -> Iterator[pa.RecordBatch]:
@@ -201,8 +221,9 @@ class ConnectionLifecycle:
     def finish(self) -> Iterator[pa.RecordBatch]:
         """The end of the task's input: every connection still held is whole."""
         yield from self._end_current()
-        for cid in list(self.held):
+        for cid in list(self.held) + list(self.cutting):
             self._ready(cid)
+        yield from self._finals()
         yield from self._feed()
         yield from self.out.finish()
 
@@ -225,6 +246,7 @@ class ConnectionLifecycle:
         parts = self.held.setdefault(cid, [])
         parts.append(part)
         self.held_rows += part.num_rows
+        self.rows_of[cid] += part.num_rows
         loose = self.loose[cid] = self.loose.get(cid, 0) + 1
         if loose >= COMPACT_PARTS:
             # a slice keeps its whole decoder batch alive (every connection's frames in it): a connection held
@@ -235,6 +257,7 @@ class ConnectionLifecycle:
     def _held_batch(self, cid: str) -> pa.RecordBatch:
         """The frames held of ``cid``, released, as one batch."""
         self.loose.pop(cid, None)
+        self.rows_of.pop(cid, None)
         parts = self.held.pop(cid)
         self.held_rows -= sum(p.num_rows for p in parts)
         return _table(parts, self.types).combine_chunks().to_batches()[0]
@@ -242,16 +265,32 @@ class ConnectionLifecycle:
     def _columns(self) -> list[str]:
         return [c for c in FRAME_COLUMNS if c in self.types or (c == "ts_us" and "ts" in self.types)]
 
-    def _hold(self, capture_id: str, batch: pa.RecordBatch) -> None:
+    def _hold(self, capture_id: str, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
         for cid, part in self._runs(batch):
+            if capture_id in self.failed:  # by a chunk of a connection before this one
+                return
             if cid in self.done:
                 self._fail([capture_id], f"frames of connection {cid} after it was whole")
                 return
             self.capture_of.setdefault(cid, capture_id)
+            if cid in self.cutting:
+                yield from self._cut(cid, self._full(pa.Table.from_batches([part])))
+                continue
             self._keep(cid, part)
+            if self.chunk_frames and self.rows_of[cid] >= self.chunk_frames and cid not in self.whole_only:
+                yield from self._start_cutting(cid)
         if self.max_held_rows is None or capture_id in self.failed:
             return
-        if self.held_rows > self.max_held_rows:
+        if self.chunk_frames and self.progress is not None and self.held_rows >= self.max_held_rows // PROJECT_FROM:
+            # before the frames held are projected to the capture's end: its long connections done a chunk at a time
+            # from now on (they would hold the frames that grow with the capture)
+            for cid in [c for c, n in self.rows_of.items() if n >= CUT_BEFORE_PROJECTING and c not in self.whole_only]:
+                if capture_id not in self.failed:
+                    yield from self._start_cutting(cid)
+        # the frames held in chunks not yet cut count against the limit, not for the projection: at most a few chunks
+        # a connection, they do not grow with the capture
+        cut_rows = sum(c.cutter.held_rows for c in self.cutting.values())
+        if self.held_rows + cut_rows > self.max_held_rows:
             self._fail([capture_id], f"more than {self.max_held_rows} frames held of connections not yet whole "
                                      "(lifecycle.fused_max_held_frames)")
         elif self.progress is not None and self.held_rows >= self.max_held_rows // PROJECT_FROM:
@@ -266,11 +305,16 @@ class ConnectionLifecycle:
         while queue and queue[0][0] <= self.seen[capture_id]:
             for cid in queue.popleft()[1]:
                 self._ready(cid)
+        yield from self._finals()
         if self.ready_rows >= self.batch_rows:
             yield from self._feed()
 
     def _ready(self, cid: str) -> None:
         self.done.add(cid)
+        if cid in self.cutting:
+            self.finals.append(cid)  # its last chunk (``_finals``)
+            return
+        self.rows_of.pop(cid, None)
         self.loose.pop(cid, None)
         parts = self.held.pop(cid, None)
         self.held_rows -= sum(p.num_rows for p in parts or ())
@@ -279,6 +323,85 @@ class ConnectionLifecycle:
             self.ready_rows += sum(p.num_rows for p in parts)
         elif cid in self.capture_of:
             del self.capture_of[cid]
+
+    # ------------------------------------------------------------------------------------------------
+    # a long connection a chunk at a time (``chunk_frames``)
+    def _full(self, table: pa.Table) -> pa.Table:
+        """``table`` with every column the task's frames have (nulls where it left one out): one schema for a
+        connection's rows however its batches came."""
+        for name, type_ in self.types.items():
+            if name not in table.column_names:
+                table = table.append_column(pa.field(name, type_), pa.nulls(table.num_rows, type_))
+        return table.select(list(self.types))
+
+    def _start_cutting(self, cid: str) -> Iterator[pa.RecordBatch]:
+        """``cid`` holds ``chunk_frames`` frames: from now on its frames go to a ``chunks.ChunkCutter`` as they
+        come and each chunk it cuts to an ``array091.ConnectionPass`` of its own."""
+        self.loose.pop(cid, None)
+        self.held_rows -= self.rows_of.pop(cid, 0)
+        parts = self.held.pop(cid)
+        options = self.out.options
+        self.cutting[cid] = _Cutting(ChunkCutter(self.chunk_frames),
+                                     array091.ConnectionPass(options.reorder_window, options.max_pending_returns))
+        yield from self._cut(cid, self._full(_table(parts, self.types)))
+
+    def _cut(self, cid: str, table: pa.Table | None, final: bool = False) -> Iterator[pa.RecordBatch]:
+        """``cid``'s next frames to its cutter (``final``: none; its last chunk), the chunk they complete through its
+        pass. Where the connection cannot be done so before any chunk of it was passed, its frames are given back
+        (held, to be done whole); after, its capture is left to the lifecycle job (``_fail``): the rows passed are
+        not worth taking back, and the job gives every row again."""
+        cutting = self.cutting[cid]
+        chunk = None
+        try:
+            chunk = cutting.cutter.last() if final else cutting.cutter.add(table)
+            if chunk is None:
+                return
+            done = cutting.pass_.feed(folded_chunk(chunk, self.out.options.reorder_window), final)
+            if done is None:
+                raise Unchunked("not modelled")
+        except Unchunked as why:
+            if cutting.passed:
+                self._fail([self.capture_of[cid]], f"connection {cid} done a chunk at a time, then not ({why})")
+            else:
+                self._give_back(cid, ([] if chunk is None else [chunk]) + cutting.cutter.give_back(), final)
+            return
+        except Exception as exc:  # noqa: BLE001 - the lifecycle job redoes the capture, and fails the culprit alone
+            self._fail([self.capture_of[cid]], f"{type(exc).__name__}: {exc}")
+            return
+        del chunk
+        cutting.passed += 1
+        yield from self.out.arrays(done)
+        del done
+        # what the chunk's sort, folding and pass freed handed back (jemalloc's purge, the C heap's trim): kept, it
+        # was the worker's high-water mark of every chunk's copies on top of the decoder's (763 -> 690 MiB at 2 GB)
+        release_memory()
+
+    def _give_back(self, cid: str, tables: list[pa.Table], final: bool) -> None:
+        """``cid`` done whole after all: its frames held again (``final``: it is whole, so ready)."""
+        log.info("fused lifecycle: connection %s done whole", cid)
+        del self.cutting[cid]
+        self.whole_only.add(cid)
+        parts = [b for t in tables for b in t.to_batches()]
+        rows = sum(p.num_rows for p in parts)
+        if final:
+            self.ready[cid] = parts
+            self.ready_rows += rows
+        else:
+            self.held[cid] = parts
+            self.held_rows += rows
+            self.rows_of[cid] = rows
+
+    def _finals(self) -> Iterator[pa.RecordBatch]:
+        """The last chunk of each connection done a chunk at a time that is whole."""
+        finals, self.finals = self.finals, []
+        for cid in finals:
+            if cid not in self.cutting:  # its capture failed
+                continue
+            yield from self._cut(cid, None, final=True)
+            if cid in self.cutting:  # passed to its end
+                del self.cutting[cid]
+                self.chunked += 1
+                self.capture_of.pop(cid, None)
 
     def _feed(self) -> Iterator[pa.RecordBatch]:
         """The whole connections gathered, in groups of about ``batch_rows`` frames (a larger connection alone), each
@@ -360,10 +483,21 @@ class ConnectionLifecycle:
             self.failed.setdefault(capture_id, why)
         dropped = {cid for cid, cap in self.capture_of.items() if cap in capture_ids}
         for cid in dropped:
+            self.cutting.pop(cid, None)
+            self.rows_of.pop(cid, None)
             self.loose.pop(cid, None)
             self.held_rows -= sum(p.num_rows for p in self.held.pop(cid, None) or ())
             self.capture_of.pop(cid, None)
             self.ready_rows -= sum(p.num_rows for p in self.ready.pop(cid, []))
+
+
+class _Cutting:
+    """A connection done a chunk at a time: its cutter, its pass, and how many chunks it passed."""
+
+    __slots__ = ("cutter", "pass_", "passed")
+
+    def __init__(self, cutter, pass_) -> None:
+        self.cutter, self.pass_, self.passed = cutter, pass_, 0
 
 
 def sorted_lifecycle(batches: Iterator[pa.RecordBatch], delivery_struct: pa.StructType,
@@ -397,16 +531,6 @@ def _run_starts(conn: pa.Array | pa.ChunkedArray) -> list[int]:
         return [0][:n]
     changed = pc.fill_null(pc.not_equal(conn.slice(1), conn.slice(0, n - 1)), True)
     return [0, *(np.flatnonzero(changed.to_numpy(zero_copy_only=False)) + 1).tolist()]
-
-
-def sort_options() -> pc.SortOptions:
-    """``connection_id`` then ``SORT_KEYS``, ascending, nulls first (Spark's ascending order): per key where pyarrow
-    takes that (25 deprecates the global setting)."""
-    keys = ("connection_id", *SORT_KEYS)
-    try:
-        return pc.SortOptions([(k, "ascending", "at_start") for k in keys])
-    except (TypeError, ValueError):
-        return pc.SortOptions([(k, "ascending") for k in keys], null_placement="at_start")
 
 
 _SORT = sort_options()

@@ -20,6 +20,7 @@ import pytest
 from amqplens.jobs import lifecycle
 from amqplens.lake.staging import read_file
 from amqplens.lake.store import TableStore
+from amqplens.lifecycle.chunks import sort_keys
 from amqplens.lifecycle.fold import Handed
 from amqplens.lifecycle.fused import _SORT, sorted_table_lifecycle
 from tests.lifecycle.captures import DATA, frames_of
@@ -37,7 +38,7 @@ def _written(root) -> dict[str, list]:
 
 def _whole(table: pa.Table, root) -> dict[str, list]:
     staged = lifecycle.stage_tables(TableStore(None, str(root)), "whole")
-    sorted_ = table.take(pc.sort_indices(lifecycle._sort_keys(table), options=_SORT))
+    sorted_ = table.take(pc.sort_indices(sort_keys(table), options=_SORT))
     fn = lambda _: sorted_table_lifecycle(Handed(sorted_), [], **lifecycle.structs(), batch_rows=300)  # noqa: E731
     list(lifecycle.stage_lifecycle(None, fn, staged, 0))
     return _written(root)

@@ -24,6 +24,7 @@ import pytest
 from amqplens.jobs import lifecycle
 from amqplens.lifecycle import array091
 from amqplens.lifecycle.batches import FRAME_COLUMNS
+from amqplens.lifecycle.chunks import sort_keys
 from amqplens.lifecycle.fold import Handed, column_in, fold
 from amqplens.lifecycle.fused import _SORT, ConnectionLifecycle
 from amqplens.lifecycle.runner import LifecycleOptions
@@ -126,7 +127,7 @@ def _direct_rows(table: pa.Table) -> dict[str, list]:
     """The lifecycle job's direct task's rows (``sorted_table_lifecycle``) of ``table`` sorted as its read sorts."""
     from amqplens.lifecycle.fused import sorted_table_lifecycle
 
-    table = table.take(pc.sort_indices(lifecycle._sort_keys(table), options=_SORT))
+    table = table.take(pc.sort_indices(sort_keys(table), options=_SORT))
     rows: dict[str, list] = {}
     for b in sorted_table_lifecycle(Handed(table), [], **lifecycle.structs(), batch_rows=300):
         if b.num_rows:
