@@ -349,9 +349,8 @@ class LifecycleSettings(_Section):
     chunk_frames: Annotated[int, *Int(0)] = setting(
         65_536, "a 0-9-1 connection of more frames than this is done a chunk of about this many frames at a time "
         "(sorted, folded and passed from arrays, the pass's state carried from one chunk to the next), so that a task "
-        "holds a chunk, not the connection: by the ingest's decode tasks as the frames come (the fused lifecycle; also "
-        "a connection of 4,096 frames or more once the frames held reach a sixteenth of `fused_max_held_frames`, "
-        "before they are projected), and by a direct `lifecycle` task given one connection as it reads it. A "
+        "holds a chunk, not the connection: by the ingest's decode tasks as the frames come (the fused lifecycle), and "
+        "by a direct `lifecycle` task given one connection as it reads it. A "
         "connection the array pass does not model, or whose times go back or that has no place to cut, is done "
         "whole (by the job where the ingest had passed a chunk of it). 0: every connection whole. Same rows either way")
     max_connection_frames: Annotated[int, *Int(1)] = setting(

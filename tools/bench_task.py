@@ -70,11 +70,14 @@ def decode_stage(table: pa.Table, compiled: str, root: str, chunk: int | None = 
     return time.process_time() - t0, events, tables
 
 
-def lifecycle_stage(events: list, root: str, fold: bool = True) -> tuple[float, dict]:
+def lifecycle_stage(events: list, root: str, fold: bool = True, chunk_frames: int | None = None) -> tuple[float, dict]:
+    """``chunk_frames``: the fused lifecycle's (None: the configuration's ``lifecycle.chunk_frames``)."""
     from amqplens.config import load_config
 
+    if chunk_frames is None:
+        chunk_frames = load_config()["lifecycle.chunk_frames"]
     fused = ConnectionLifecycle(**lifecycle.structs(), batch_rows=8192, fold_content=fold, arrays=fold,
-                                chunk_frames=load_config()["lifecycle.chunk_frames"])
+                                chunk_frames=chunk_frames)
     life = lifecycle.LifecycleWriters({k: StagedTable(t.name, root, "bench") for k, t in lifecycle.OUTPUTS}, 0)
     kept: dict[str, list] = {}
     t0 = time.process_time()
@@ -114,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--compiled", default="off,auto")
     ap.add_argument("--fold", default="on", help="on, off or both (on,off): the fused lifecycle's content folding")
+    ap.add_argument("--chunk-frames", type=int, default=None,
+                    help="the fused lifecycle's lifecycle.chunk_frames (default: the configuration's; 0: connections whole)")
     args = ap.parse_args(argv)
     if any(c != "off" for c in args.compiled.split(",")):
         print(f"numba cache warm in {warm.warm():.1f} s")
@@ -126,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             root = tempfile.mkdtemp(prefix="bench-task-")
             try:
                 d, events, tables = decode_stage(table, choice, root)
-                lc, life = lifecycle_stage(events, root, fold == "on")
+                lc, life = lifecycle_stage(events, root, fold == "on", args.chunk_frames)
             finally:
                 shutil.rmtree(root, ignore_errors=True)
             print(f"  compiled={choice} fold={fold}: decode + batches {d:.2f} CPU s, lifecycle {lc:.2f} CPU s", flush=True)

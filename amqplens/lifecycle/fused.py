@@ -17,17 +17,20 @@ decoder streams through a flow) and fewer than ``batch_rows`` frames of whole
 ones: bounded by the largest connection, not by the task; and only the columns
 the machines read, those a batch leaves all null not at all.
 
-A 0-9-1 connection that holds ``chunk_frames`` frames (or 4,096 once the task's
-held frames are about to be projected to its captures' ends) is not held to its
-end: its frames go to a ``chunks.ChunkCutter`` as they come, and each sorted chunk
-it cuts is folded and passed from arrays by an ``array091.ConnectionPass`` of its
+A 0-9-1 connection that holds ``chunk_frames`` frames is not held to its end:
+its frames go to a ``chunks.ChunkCutter`` as they come, and each sorted chunk it
+cuts is folded and passed from arrays by an ``array091.ConnectionPass`` of its
 own, which carries the pass's state to the next chunk. So a long connection costs
 the task a chunk, not the connection (the 300 MB load capture's largest ingest
-worker 815 -> 549 MiB), and a capture of long connections stays fused instead of
-being left to the lifecycle job. One the pass does not model from its first chunk
-is held whole after all; one that cannot go on after a chunk was passed (its times
-go back, no place to cut, a method the pass does not model) leaves its capture to
-the job.
+worker 812 -> 553 MiB). One the pass does not model from its first chunk is held
+whole after all; one that cannot go on after a chunk was passed (its times go
+back, no place to cut, a method the pass does not model) leaves its capture to
+the job. The projection above counts a connection's frames whether held or
+passed in chunks, so it still leaves a capture whose connections grow with it
+to the job (the 2 GB load capture, at 1% of its packets): the job spreads their
+lifecycle over its tasks, where the fused path does it in the decode task that
+has them (at 2 GB, done fused in chunks: 47.3 s and 691 MiB against 45.1 s and
+660 MiB through the job).
 
 The rows are those of ``lifecycle_batches`` on the same frames, in another
 order (``tests/lifecycle/test_fused.py``, ``tests/e2e/test_fused_lifecycle.py``).
@@ -68,8 +71,6 @@ READ_COLUMNS = (*FRAME_COLUMNS, "ts")  # what the machines read, as the frames t
 # the held frames are projected to a capture's end (``TaskProgress``) once they are this fraction of the limit: fewer
 # are too few to tell long connections (held to the end) from short ones
 PROJECT_FROM = 16
-# ... but first, a connection holding this many is done a chunk at a time (``chunk_frames``) from then on
-CUT_BEFORE_PROJECTING = 4096
 
 
 class TaskProgress:
@@ -132,6 +133,10 @@ class ConnectionLifecycle:
         # the folding and the array pass only), so that the task holds a chunk of it, not the connection; 0: never
         self.chunk_frames = chunk_frames if fold_content and arrays and not strict else 0
         self.rows_of: collections.Counter = collections.Counter()  # connection -> its frames in ``held``
+        # connection -> its frames so far while not whole (held, or in chunks cut or not), and their sum: what the
+        # projection counts (``_hold``)
+        self.open_of: collections.Counter = collections.Counter()
+        self.open_rows = 0
         self.cutting: dict[str, _Cutting] = {}  # connections done a chunk at a time
         self.whole_only: set[str] = set()  # connections that cannot be (held whole)
         self.finals: list[str] = []  # connections done a chunk at a time that are whole, their last chunk not done
@@ -273,6 +278,8 @@ class ConnectionLifecycle:
                 self._fail([capture_id], f"frames of connection {cid} after it was whole")
                 return
             self.capture_of.setdefault(cid, capture_id)
+            self.open_of[cid] += part.num_rows
+            self.open_rows += part.num_rows
             if cid in self.cutting:
                 yield from self._cut(cid, self._full(pa.Table.from_batches([part])))
                 continue
@@ -281,22 +288,18 @@ class ConnectionLifecycle:
                 yield from self._start_cutting(cid)
         if self.max_held_rows is None or capture_id in self.failed:
             return
-        if self.chunk_frames and self.progress is not None and self.held_rows >= self.max_held_rows // PROJECT_FROM:
-            # before the frames held are projected to the capture's end: its long connections done a chunk at a time
-            # from now on (they would hold the frames that grow with the capture)
-            for cid in [c for c, n in self.rows_of.items() if n >= CUT_BEFORE_PROJECTING and c not in self.whole_only]:
-                if capture_id not in self.failed:
-                    yield from self._start_cutting(cid)
-        # the frames held in chunks not yet cut count against the limit, not for the projection: at most a few chunks
-        # a connection, they do not grow with the capture
+        # the limit bounds the frames held (those in chunks not yet cut among them); the projection counts every frame
+        # of the connections not yet whole, those passed in chunks too, so that it decides as it did before chunks: a
+        # capture whose long connections grow with it goes to the job, which spreads their lifecycle over its tasks
+        # (at 2 GB, done fused in chunks instead: 47.3 s and 691 MiB against 45.1 s and 660 MiB through the job)
         cut_rows = sum(c.cutter.held_rows for c in self.cutting.values())
         if self.held_rows + cut_rows > self.max_held_rows:
             self._fail([capture_id], f"more than {self.max_held_rows} frames held of connections not yet whole "
                                      "(lifecycle.fused_max_held_frames)")
-        elif self.progress is not None and self.held_rows >= self.max_held_rows // PROJECT_FROM:
+        elif self.progress is not None and self.open_rows >= self.max_held_rows // PROJECT_FROM:
             read = self.progress.fraction(capture_id)
-            if 0 < read < 1 and self.held_rows > self.max_held_rows * read:
-                self._fail([capture_id], f"{self.held_rows} frames held of connections not yet whole at {read:.1%} of "
+            if 0 < read < 1 and self.open_rows > self.max_held_rows * read:
+                self._fail([capture_id], f"{self.open_rows} frames of connections not yet whole at {read:.1%} of "
                                          f"the capture's packets: on course for more than {self.max_held_rows} "
                                          "(lifecycle.fused_max_held_frames)")
 
@@ -311,6 +314,7 @@ class ConnectionLifecycle:
 
     def _ready(self, cid: str) -> None:
         self.done.add(cid)
+        self.open_rows -= self.open_of.pop(cid, 0)
         if cid in self.cutting:
             self.finals.append(cid)  # its last chunk (``_finals``)
             return
@@ -483,6 +487,7 @@ class ConnectionLifecycle:
             self.failed.setdefault(capture_id, why)
         dropped = {cid for cid, cap in self.capture_of.items() if cap in capture_ids}
         for cid in dropped:
+            self.open_rows -= self.open_of.pop(cid, 0)
             self.cutting.pop(cid, None)
             self.rows_of.pop(cid, None)
             self.loose.pop(cid, None)

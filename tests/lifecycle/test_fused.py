@@ -86,7 +86,7 @@ def _decoded(tmp_path, monkeypatch, batch_rows: int, chunk_frames: int, progress
     return life, left
 
 
-def _same_as_the_job(tmp_path, left: set[str]) -> None:
+def _same_as_the_job(tmp_path, left: set[str], least: int = 500) -> None:
     """The fused rows of every capture not ``left`` to the job are those ``stage_lifecycle`` (the machines, frame by
     frame) writes from the same frames files, sorted as the job sorts them."""
     frames = pa.concat_tables(read_file(f, "frames") for f in (tmp_path / "frames" / "_staging" / "decode").rglob("*.parquet"))
@@ -102,7 +102,7 @@ def _same_as_the_job(tmp_path, left: set[str]) -> None:
             job = [r for r in job if r["capture_id"] not in left]
         assert fused == job, t.name
         sizes[t.name] = len(job)
-    assert min(sizes.values()) > 500, sizes  # compared rows of every table, those of the captures left out aside
+    assert min(sizes.values()) > least, sizes  # compared rows of every table, those of the captures left out aside
 
 
 @pytest.mark.parametrize(("batch_rows", "chunk_frames"), [(61, 0), (8192, 0), (61, 7), (8192, 40), (500, 300)])
@@ -120,29 +120,27 @@ def test_the_decode_task_writes_the_rows_the_lifecycle_job_would(tmp_path, monke
 
 
 class _Pinned:
-    """A task's progress that says a tenth of every capture is read, whatever was: the held frames' projection to
-    each capture's end is ten times what the task holds."""
+    """A task's progress that says a tenth of every capture is read, whatever was: the frames of connections not yet
+    whole are projected to ten times what they are."""
 
     def fraction(self, capture_id: str) -> float:
         return 0.1
 
 
-@pytest.mark.parametrize("chunk_frames", [0, 60])
-def test_long_connections_are_cut_before_the_held_frames_are_projected(tmp_path, monkeypatch, chunk_frames):
-    """Every fixture (49 captures) in one task with a limit of 1,500 frames held and a progress pinned at a tenth: the
-    projection (held > 150 frames) leaves 20 captures to the job when connections are held whole; with
-    ``chunk_frames``, a connection of ``CUT_BEFORE_PROJECTING`` frames (10 here) is done a chunk at a time before the
-    projection, which then leaves 5 (connections not modelled after a chunk, or without a place to cut), and the rows
-    of the others are the job's."""
-    from amqplens.lifecycle import fused
+def test_frames_passed_in_chunks_count_for_the_projection(tmp_path, monkeypatch):
+    """Every fixture (49 captures) in one task with a limit of 1,500 frames and a progress pinned at a tenth (so a
+    capture is projected past the limit once 150 frames of its connections not yet whole came): the same captures are
+    left to the job by the projection whether their connections are held whole or passed in chunks of 7 frames as
+    they come (a connection's frames count until it is whole, wherever they are), and the rows of the others are
+    the job's."""
+    def projected(life):
+        return {c for c, why in life.failed.items() if "on course for more than" in why}
 
-    monkeypatch.setattr(fused, "CUT_BEFORE_PROJECTING", 10)
-    life, left = _decoded(tmp_path, monkeypatch, 61, chunk_frames, progress=_Pinned())
-    if not chunk_frames:
-        assert len(left) >= 15 and not life.chunked, len(left)
-        return
-    assert len(left) <= 8 and life.chunked >= 20, (sorted(life.failed.values()), life.chunked)
-    _same_as_the_job(tmp_path, left)
+    whole, _ = _decoded(tmp_path / "whole", monkeypatch, 61, 0, progress=_Pinned())
+    chunked, left = _decoded(tmp_path / "chunked", monkeypatch, 61, 7, progress=_Pinned())
+    assert len(projected(whole)) >= 15 and projected(chunked) == projected(whole), (projected(whole), chunked.failed)
+    assert chunked.chunked >= 8  # in the captures not projected away
+    _same_as_the_job(tmp_path / "chunked", left, least=50)
 
 
 def _frames(connection: str, capture: str, offsets: list[int]) -> pa.RecordBatch:
