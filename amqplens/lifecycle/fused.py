@@ -22,7 +22,7 @@ its frames go to a ``chunks.ChunkCutter`` as they come, and each sorted chunk it
 cuts is folded and passed from arrays by an ``array091.ConnectionPass`` of its
 own, which carries the pass's state to the next chunk. So a long connection costs
 the task a chunk, not the connection (the 300 MB load capture's largest ingest
-worker 812 -> 553 MiB). One the pass does not model from its first chunk is held
+worker 812 -> 548-553 MiB). One the pass does not model from its first chunk is held
 whole after all; one that cannot go on after a chunk was passed (its times go
 back, no place to cut, a method the pass does not model) leaves its capture to
 the job. The projection above counts a connection's frames whether held or
