@@ -174,6 +174,37 @@ def test_corrupt_and_truncated_frame_headers_decode_alike():
                     _assert_alike(ft.StreamInput(pair[TO_SERVER], pair[TO_CLIENT], rnd.randrange(256)))
 
 
+def test_a_buffer_the_framer_keeps_from_the_walk_is_one_the_walk_takes_nothing_of():
+    """``DirectionFramer._walks`` saves the kernel's call where it would walk nothing: at every frame header of every
+    fixture stream in both directions, whole, cut at random places and with a flipped bit in each of its first 11
+    octets, a False means the kernel's own count of frames is 0 (a True may still walk nothing: that is the call
+    as before). Both answers are met: the handshake's connection methods and cut frames, and the hot frames."""
+    import numpy as np
+
+    from amqplens.decode.v0_9_1 import hot_kernel as hk
+
+    rnd = random.Random(11)
+    seen = {True: 0, False: 0}
+    for streams in _fixture_streams():
+        dec = _decoder(True, ft.StreamInput(streams[TO_SERVER], streams[TO_CLIENT]))
+        meta = hotpath.hot_tables(dec.tables).meta
+        for direction in (TO_SERVER, TO_CLIENT):
+            stream, framer = streams[direction], dec._framers[direction]
+            for pos in _frame_headers(stream)[:200]:
+                variants = [stream, stream[: pos + rnd.randrange(1, 64)]]
+                for at in range(pos, min(pos + 11, len(stream))):
+                    b = bytearray(stream[: pos + 4096])
+                    b[at] ^= 1 << rnd.randrange(8)
+                    variants.append(bytes(b))
+                for buf in variants:
+                    walks = framer._walks(buf, pos, len(buf))
+                    seen[walks] += 1
+                    if not walks:
+                        count, _room = hk._frames(np.frombuffer(buf, np.uint8), pos, len(buf), dec.frame_limit(), meta)
+                        assert count == 0, (direction, pos, buf[pos : pos + 11].hex())
+    assert seen[True] > 1000 and seen[False] > 1000, seen
+
+
 def test_a_redacted_name_among_the_hot_keys_is_redacted_on_the_compiled_path_too():
     """``decode.redact_headers`` may name an argument the hot path writes (here ``routing_key``)."""
     from amqplens.decode.codecs import DecodingConsumer

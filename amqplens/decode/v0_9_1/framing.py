@@ -30,6 +30,7 @@ from typing import cast
 from amqplens.decode.detect import HEADER_SIZE
 from amqplens.decode.streaming import NO, RESYNC, START, SYNCED, YES, DirectionFramerBase, ErrorRegion
 from amqplens.decode.v0_9_1 import hotpath
+from amqplens.decode.v0_9_1.frames import CONNECTION_CLASS
 from amqplens.decode.v0_9_1.primitives import FRAME_HEADER
 
 FOREIGN = "foreign"
@@ -84,13 +85,26 @@ class DirectionFramer(DirectionFramerBase):
         if kernel is None:
             return self._frames(buf, mv, pos, n, False)
         while True:
-            if n - pos >= self.owner.hot_min_bytes:
+            if n - pos >= self.owner.hot_min_bytes and self._walks(buf, pos, n):
                 pos = hotpath.run(kernel, self, buf, mv, pos, n)
                 if pos >= n:
                     return pos
             pos = self._frames(buf, mv, pos, n, True)  # the frame that ended the walk
             if pos >= n or self.stalled or self.mode != SYNCED:
                 return pos
+
+    def _walks(self, buf: bytes, pos: int, n: int) -> bool:
+        """Whether the walk would take the frame at ``pos``: not when it is cut short (a frame of more bytes than the
+        buffer holds) or is a connection-class method (the walk stops there, ``hot_kernel._frames``). A short
+        connection's buffers start so at least twice (its start and start-ok), and a call that walks nothing still
+        costs 13-15 us."""
+        if n - pos < 7:
+            return False
+        ftype, _channel, size = FRAME_HEADER.unpack_from(buf, pos)
+        if pos + size + 8 > n:
+            return False
+        return not (size >= 4 and self.owner.frame_types.get(ftype) == "method"
+                    and buf[pos + 7] << 8 | buf[pos + 8] == CONNECTION_CLASS)
 
     def _frames(self, buf: bytes, mv: memoryview, pos: int, n: int, one: bool) -> int:
         """The reference loop (the ``_run`` loop's test, without its dispatch per frame); ``one``: a single frame."""

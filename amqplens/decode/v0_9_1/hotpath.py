@@ -532,6 +532,7 @@ class FrameBatch:
         order = self._order()
         dicts = dict_rows(self.dicts, typ) if self.dicts else None
         children = []
+        nulls: dict[pa.DataType, pa.Array] = {}  # one all-null array a type, shared by the columns no source fills
         for f in typ:
             pieces, filled = [], False
             if dicts is not None:
@@ -546,7 +547,9 @@ class FrameBatch:
                     pieces.append(child if child.type == f.type else child.cast(f.type))
                     filled = filled or child.null_count < n
             if not filled:
-                children.append(pa.nulls(total, f.type))
+                if f.type not in nulls:
+                    nulls[f.type] = pa.nulls(total, f.type)
+                children.append(nulls[f.type])
                 continue
             whole = pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
             children.append(whole if order is None else whole.take(order))
