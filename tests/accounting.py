@@ -62,3 +62,16 @@ def run_decoder(dec, check, to_server: bytes = b"", to_client: bytes = b"", cuts
 
 def strip_ts(rows: list) -> list:
     return [{k: v for k, v in r.items() if k != "ts_us"} for r in rows]
+
+
+class CountedMemo(dict):
+    """A decoder's memo dict (``stream._MEMO``) that counts its hits: ``get`` calls that found a value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hits = 0
+
+    def get(self, key, default=None):
+        value = super().get(key, default)
+        self.hits += value is not None
+        return value

@@ -9,6 +9,8 @@ header); ``detect_protocol_header`` names the published 0-9 and
 
 from __future__ import annotations
 
+import functools
+
 from typing import Final
 
 from amqplens.contracts.values import Dialect
@@ -62,6 +64,18 @@ def could_be_header(first_bytes: bytes) -> bool:
     if len(head) < len(AMQP):
         return AMQP.startswith(head)
     return head.startswith(AMQP)
+
+
+@functools.lru_cache(maxsize=512)
+def _describe_json(header: bytes, to_json) -> str:
+    return to_json(describe(header))
+
+
+def describe_json(header, to_json) -> str:
+    """``to_json(describe(header))`` (a protocol header row's ``arguments_json``), remembered per header and encoder:
+    every connection starts with one or two of a handful of headers, and a generic encoder costs about 19 us on this
+    small dict (the 1.0 load capture's short connections: 7% of their decode)."""
+    return _describe_json(bytes(header[:HEADER_SIZE]), to_json)
 
 
 def describe(header: bytes) -> dict:

@@ -29,7 +29,7 @@ import hashlib
 import re
 from typing import Iterable, Iterator, cast
 
-from amqplens.decode.detect import describe
+from amqplens.decode.detect import describe, describe_json
 from amqplens.logs.lines import Line
 from amqplens.logs.proton_values import TraceValueError, parse_value, unquote
 from amqplens.logs.records import decode_line, error_row
@@ -166,7 +166,7 @@ def _row(conn: _Connection, line: Line, arrow: str, kind: str, channel, detail) 
     if kind == "protocol_header":
         head = HEADERS[detail]
         conn.facts.on_protocol_header(direction, head, describe(head)["dialect"])
-        row.update(frame_type="protocol_header", arguments_json=to_json(describe(head)))
+        row.update(frame_type="protocol_header", arguments_json=describe_json(head, to_json))
         return row
     if kind == "empty":
         row["frame_type"] = "empty"

@@ -234,15 +234,10 @@ def test_method_frames_seen_before_give_the_reference_rows_from_the_memo(monkeyp
     full and stays at most ``MEMO_ENTRIES``."""
     from amqplens.decode.v0_9_1 import stream
 
-    class Counted(dict):
-        hits = 0
+    from tests.accounting import CountedMemo
 
-        def get(self, key, default=None):
-            value = super().get(key, default)
-            Counted.hits += value is not None
-            return value
-
-    monkeypatch.setattr(stream, "_MEMO", Counted())
+    memo = CountedMemo()
+    monkeypatch.setattr(stream, "_MEMO", memo)
     added = []
     for calls in _recorded():
         for _ in range(2):
@@ -250,7 +245,7 @@ def test_method_frames_seen_before_give_the_reference_rows_from_the_memo(monkeyp
             _assert_alike(calls)
             added.append(len(stream._MEMO) - before)
     assert sum(added[0::2]) > 0 and sum(added[1::2]) == 0  # the second decoding of each connection: hits only
-    assert Counted.hits >= 5 * len(_recorded()), Counted.hits
+    assert memo.hits >= 5 * len(_recorded()), memo.hits
     assert stream._MEMO and all(k[1][:4] not in stream._NOT_MEMO for k in stream._MEMO)
     assert not any(k[1][:4] == b"\x00\x0a\x00\x0b" or k[1][:2] == b"\x00\x3c" for k in stream._MEMO)
 

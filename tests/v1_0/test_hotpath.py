@@ -120,6 +120,36 @@ def test_fuzz_seeds_and_their_mutations_decode_alike():
         _alike(inp.to_server, inp.to_client, rnd.choice([None, rnd.randrange(1000)]))
 
 
+def test_performatives_seen_before_give_the_reference_rows_from_the_memo(monkeypatch):
+    """The compiled path's memo of the performatives the reference decodes (``stream._MEMO``): the conversation (SASL,
+    an aborted message, an error), the fuzz seeds and a load, each decoded twice over from an empty memo in pieces (the
+    second time its opens, begins, attaches, detaches, ends and closes are hits) give the reference's frames, errors
+    and facts both times; no SASL frame (credentials) and no transfer is remembered; the memo stays bounded."""
+    from amqplens.decode.v1_0 import stream
+
+    from tests.accounting import CountedMemo
+
+    memo = CountedMemo()
+    monkeypatch.setattr(stream, "_MEMO", memo)
+    inputs = [conversation(), load(30, 3)]
+    inputs += [(i.to_server, i.to_client) for i in map(ft.StreamInput.decode, ft.seeds()["1.0"])]
+    added = []
+    for c, s in inputs:
+        for seed in (5, 6):
+            before = len(stream._MEMO)
+            _alike(c, s, seed)
+            added.append(len(stream._MEMO) - before)
+    assert sum(added[0::2]) > 0 and sum(added[1::2]) == 0  # the second decoding of each: hits only
+    assert memo.hits >= 4 * len(inputs), memo.hits
+    codes = {cached[1] for cached in stream._MEMO.values()}
+    assert codes and codes <= set(stream._MEMO_CODES) and 0x14 not in codes and not codes & {0x40, 0x41, 0x42, 0x43, 0x44}
+    monkeypatch.setattr(stream, "MEMO_ENTRIES", 3)
+    monkeypatch.setattr(stream, "_MEMO", {})
+    for c, s in inputs[:3]:
+        _alike(c, s, 7)
+        assert len(stream._MEMO) <= 3
+
+
 def test_a_redacted_name_among_the_hot_keys_is_redacted_alike():
     """``decode.redact_headers`` names matched in the JSON columns: "first" and "link_credit" are keys of the hot rows'
     arguments_json; the compiled path redacts its columns as the reference redacts its dicts."""

@@ -18,7 +18,7 @@ import hashlib
 import struct
 
 from amqplens.decode.errors import FrameError
-from amqplens.decode.detect import describe, detect_protocol_header
+from amqplens.decode.detect import detect_protocol_header, describe_json
 from amqplens.decode.drafts.framing import OPAQUE, SYNCED, DraftFramer
 from amqplens.decode.drafts.layouts import AMQP_FAST, D0_9_DRAFT, FAST_FRAME_TYPES, FRAME_TYPES, LAYOUTS
 from amqplens.decode.streaming import MAX_ERROR_BYTES, StreamDecoderBase, decode_both
@@ -77,7 +77,7 @@ class DraftStreamDecoder(StreamDecoderBase):
         self._facts[f"{side}_protocol_header"] = self._facts[f"{side}_protocol_header"] or head.hex()
         self._facts["dialect_source"] = "protocol_header"
         row = self._row(framer, offset, ts_us, "protocol_header", None, len(head))
-        row["arguments_json"] = to_json(describe(head))
+        row["arguments_json"] = describe_json(head, to_json)
         ours = head in _HEADERS[self.dialect]
         if not ours:
             row["dialect"] = detect_protocol_header(head)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from amqplens.decode.errors import FrameError
-from amqplens.decode.detect import D0_10, describe, detect_protocol_header
+from amqplens.decode.detect import D0_10, detect_protocol_header, describe_json
 from amqplens.decode.errors import DecodeError
 from amqplens.decode.streaming import MAX_ERROR_BYTES, StreamDecoderBase, decode_both
 from amqplens.decode.tcp.records import TO_CLIENT, TO_SERVER
@@ -116,7 +116,7 @@ class Amqp010StreamDecoder(StreamDecoderBase):
             f["protocol_rejected"] = True
         f["dialect_source"] = "protocol_header"
         row = self._row(framer, offset, ts_us, "protocol_header", None, len(head))
-        row["arguments_json"] = to_json(describe(head))
+        row["arguments_json"] = describe_json(head, to_json)
         self._append(row)
         if name == D0_10:
             return (SYNCED,)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Unpack, cast
 
 from amqplens.decode.errors import FrameError
-from amqplens.decode.detect import D0_8, D0_9_1, FAMILY_0_9_1, describe, detect_protocol_header
+from amqplens.decode.detect import D0_8, D0_9_1, FAMILY_0_9_1, detect_protocol_header, describe_json
 from amqplens.decode.streaming import FramedOptions, StreamDecoderBase, decode_both
 from amqplens.decode.tcp.records import TO_SERVER, ConnectionRecord
 from amqplens.decode.v0_9_1 import ahead
@@ -215,7 +215,7 @@ class Amqp091StreamDecoder(StreamDecoderBase):
             f["protocol_rejected"] = True
         row = self._row(framer, offset, ts_us, "protocol_header", None, 8)
         row["dialect"] = name if ours else self.dialect
-        row["arguments_json"] = to_json(describe(head))
+        row["arguments_json"] = describe_json(head, to_json)
         self._append(row)
         return SYNCED if ours else FOREIGN
 
