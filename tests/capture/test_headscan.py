@@ -258,3 +258,25 @@ def test_a_batch_gathers_its_payloads_a_few_pages_at_a_time(tmp_path, monkeypatc
     assert whole_peak > 12 * 1024, whole_peak  # control: a batch's gather maps most of the file
     assert peak <= 8 * 1024 and peak < whole_peak / 3, (peak, whole_peak)
     assert rows.equals(whole_rows) and rows.num_rows > 10_000
+
+
+def test_the_groups_order_is_lexsorts():
+    """``headscan._order`` (a counting pass by flow key, then a sort of only the flows whose times go back) against
+    ``np.lexsort((offset, time, flow key))``, the order it replaces: 300 random groups of up to 3,000 packets from up
+    to 40 directional flows (both directions of a flow share its key; keys small and past 2**40), offsets rising as
+    the scan gives them, times rising, flat (ties) or going back by up to 3 us in half of them; an empty group."""
+    import numpy as np
+
+    kernel = headscan.load_kernel()
+    rnd = np.random.default_rng(32)
+    back = 0
+    for trial in range(300):
+        n, flows = int(rnd.integers(0, 3000)), int(rnd.integers(1, 40))
+        fkey = rnd.integers(0, 10, flows).astype(np.int64) * int(rnd.choice([1, 1 << 40]))
+        flow = rnd.integers(0, flows, n).astype(np.int32)
+        off = np.cumsum(rnd.integers(1, 100, n)).astype(np.int64)
+        ts = np.cumsum(rnd.integers(-3 if trial % 2 else 0, 3, n)).astype(np.int64)
+        back += bool(n > 1 and (np.diff(ts) < 0).any())
+        got = headscan._order(kernel, off, ts, flow, fkey)
+        assert got.dtype == np.int32 and np.array_equal(got, np.lexsort((off, ts, fkey[flow]))), trial
+    assert back > 100
