@@ -71,7 +71,17 @@ def _write_lifecycle(life: dict):
     return run
 
 
-_HOT_091 = {40, 60, 80, 90, 120}  # basic.publish, deliver, ack, reject, nack: the walk's methods (hotpath.HOT_METHODS)
+def _hot_keys() -> frozenset[int]:
+    """The walk's methods (``hotpath.HOT_METHODS``) as ``class_id << 16 | method_id`` keys, from the 0-9-1 tables."""
+    from amqplens.decode.detect import D0_9_1
+    from amqplens.decode.v0_9_1.frames import tables_for
+    from amqplens.decode.v0_9_1.hotpath import HOT_METHODS
+
+    methods = tables_for(D0_9_1).methods
+    return frozenset(key for key, m in methods.items() if (m.class_name, m.method_name) in HOT_METHODS)
+
+
+_HOT_091 = _hot_keys()
 
 
 def _hot_kind(args: tuple) -> bool:
@@ -82,7 +92,7 @@ def _hot_kind(args: tuple) -> bool:
     kind, payload = args[3], args[5]
     if kind in ("header", "body", "heartbeat"):
         return True
-    return kind == "method" and len(payload) >= 4 and payload[0] == 0 and payload[1] == 60 and payload[3] in _HOT_091
+    return kind == "method" and len(payload) >= 4 and int.from_bytes(payload[:4], "big") in _HOT_091
 
 
 class _Timed:

@@ -222,7 +222,8 @@ class Amqp10StreamDecoder(StreamDecoderBase):
             memo_key = bytes(body)
             cached = _MEMO.get(memo_key)
             if cached is not None:
-                self._remembered(row, direction, ftype, *cached)
+                row["descriptor"] = cached[0]
+                self._performative(row, direction, ftype, *cached[1:])
                 return
         try:
             value, end = decode(body, 0)
@@ -240,37 +241,36 @@ class Amqp10StreamDecoder(StreamDecoderBase):
             row["arguments_json"] = to_json(value)
             return
         # args is set only for a performative's code
+        code = cast(int, code)
         if memo_key is not None and code in _MEMO_CODES:
             promoted: dict = {}
             promote(promoted, args)
             if len(_MEMO) >= MEMO_ENTRIES:
                 _MEMO.clear()
-            cached = _MEMO[memo_key] = (row["descriptor"], code, args, promoted, to_json(args), len(body) - end)
-            self._remembered(row, direction, ftype, *cached)
+            cached = _MEMO[memo_key] = (row["descriptor"], code, len(body) - end, args, promoted, to_json(args))
+            self._performative(row, direction, ftype, *cached[1:])
             return
-        name = row["performative"] = NAMES[cast(int, code)]
-        error = self._layer_error(direction, ftype, cast(int, code))
-        self._facts.on_performative(direction, name, args)  # may redact args
-        promote(row, args)
-        if code == 0x14:  # transfer
-            error = self._transfer(row, direction, channel, args, body[end:]) or error
-        elif end != len(body):
-            error = error or FrameError("unexpected_payload", f"{len(body) - end} bytes after the {name} performative")
-        row["arguments_json"] = to_json(args)
-        row["decode_error"] = error
+        self._performative(row, direction, ftype, code, len(body) - end, args,
+                           transfer=(channel, body[end:]) if code == 0x14 else None)
 
-    def _remembered(self, row: dict, direction: str, ftype: int, descriptor, code: int, args: dict, promoted: dict,
-                    text: str, trailing: int) -> None:
-        """``_frame_body``'s row of a performative the memo holds (not a transfer, not SASL): what the reference
-        writes, in its order."""
-        row["descriptor"] = descriptor
+    def _performative(self, row: dict, direction: str, ftype: int, code: int, trailing: int, args: dict,
+                      promoted: dict | None = None, text: str | None = None, transfer: tuple | None = None) -> None:
+        """A decoded performative's row: its name, the layer error, the connection facts, the promoted columns
+        (``promoted``: the memo's, else from ``args``), a transfer's message (``transfer``: its channel and the
+        bytes after the performative) or the error of ``trailing`` bytes after it, and its JSON (``text``: the
+        memo's, else of ``args`` after the facts, which may redact a SASL frame's)."""
         name = row["performative"] = NAMES[code]
         error = self._layer_error(direction, ftype, code)
-        self._facts.on_performative(direction, name, args)  # open and close: read only
-        row.update(promoted)
-        if trailing:
+        self._facts.on_performative(direction, name, args)  # may redact args (never those the memo holds)
+        if promoted is None:
+            promote(row, args)
+        else:
+            row.update(promoted)
+        if transfer is not None:
+            error = self._transfer(row, direction, transfer[0], args, transfer[1]) or error
+        elif trailing:
             error = error or FrameError("unexpected_payload", f"{trailing} bytes after the {name} performative")
-        row["arguments_json"] = text
+        row["arguments_json"] = to_json(args) if text is None else text
         row["decode_error"] = error
 
     def _layer_error(self, direction: str, ftype: int, code: int) -> str | None:
